@@ -1,0 +1,1 @@
+//! The out-of-memory error value and its message.

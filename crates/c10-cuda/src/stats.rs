@@ -1,0 +1,258 @@
+//! Allocator statistics with PyTorch's update rules and `memory_stats()` key names.
+//!
+//! Mirrors `c10::CachingDeviceAllocator::DeviceStats`: nine [`StatArray`]s (aggregate, small
+//! pool, large pool), two oversize [`Stat`]s and six counters, flattened by
+//! [`DeviceStats::memory_stats`] into exactly the 122 keys of `torch.cuda.memory_stats()`.
+
+use std::collections::BTreeMap;
+
+/// One statistic: PyTorch's `Stat` (`current`, `peak`, `allocated`, `freed`).
+///
+/// `allocated`/`freed` accumulate every increase/decrease; `peak` is the maximum `current` since
+/// the last [`Stat::reset_peak`]. Values are bytes for the `*_bytes` stats, counts otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stat {
+    /// The value now.
+    pub current: i64,
+    /// The largest `current` since the last peak reset.
+    pub peak: i64,
+    /// Sum of all increases since the last accumulated reset.
+    pub allocated: i64,
+    /// Sum of all decreases since the last accumulated reset.
+    pub freed: i64,
+}
+
+impl Stat {
+    /// Adds `amount` (PyTorch's `Stat::increase`).
+    #[inline]
+    pub fn increase(&mut self, amount: u64) {
+        let amount = amount as i64;
+        self.current += amount;
+        self.peak = self.peak.max(self.current);
+        self.allocated += amount;
+    }
+
+    /// Subtracts `amount` (PyTorch's `Stat::decrease`). The allocator never drives `current`
+    /// below zero; the property tests check that.
+    #[inline]
+    pub fn decrease(&mut self, amount: u64) {
+        let amount = amount as i64;
+        self.current -= amount;
+        self.freed += amount;
+    }
+
+    /// `peak = current` (PyTorch's `reset_peak`).
+    pub fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+
+    /// `allocated = freed = 0` (PyTorch's `reset_accumulated`).
+    pub fn reset_accumulated(&mut self) {
+        self.allocated = 0;
+        self.freed = 0;
+    }
+}
+
+/// Which pool a statistic is about (PyTorch's `StatType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StatType {
+    /// Both pools together (`all`).
+    Aggregate = 0,
+    /// The small pool: blocks of at most 1 MiB (`small_pool`).
+    SmallPool = 1,
+    /// The large pool (`large_pool`).
+    LargePool = 2,
+}
+
+impl StatType {
+    /// All three, in PyTorch's order.
+    pub const ALL: [StatType; 3] = [StatType::Aggregate, StatType::SmallPool, StatType::LargePool];
+
+    /// The key segment PyTorch prints: `all`, `small_pool`, `large_pool`.
+    pub fn key(self) -> &'static str {
+        match self {
+            StatType::Aggregate => "all",
+            StatType::SmallPool => "small_pool",
+            StatType::LargePool => "large_pool",
+        }
+    }
+}
+
+/// One [`Stat`] per [`StatType`] (PyTorch's `StatArray`), indexed by `StatType as usize`.
+pub type StatArray = [Stat; 3];
+
+/// All statistics of one device allocator (PyTorch's `DeviceStats`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Live allocations (blocks handed out and not yet freed by the user).
+    pub allocation: StatArray,
+    /// Device segments (`cudaMalloc` calls not yet `cudaFree`d).
+    pub segment: StatArray,
+    /// Active blocks: allocated, or freed but waiting on stream events.
+    pub active: StatArray,
+    /// Free blocks inside split segments (these cannot be released: fragmentation).
+    pub inactive_split: StatArray,
+    /// Bytes of live allocations (rounded block sizes).
+    pub allocated_bytes: StatArray,
+    /// Bytes of device memory held by the allocator (reserved).
+    pub reserved_bytes: StatArray,
+    /// Bytes of active blocks.
+    pub active_bytes: StatArray,
+    /// Bytes of free blocks inside split segments.
+    pub inactive_split_bytes: StatArray,
+    /// Bytes the user asked for (unrounded) of active blocks.
+    pub requested_bytes: StatArray,
+    /// Allocations of blocks of at least `max_split_size` bytes.
+    pub oversize_allocations: Stat,
+    /// Segments of at least `max_split_size` bytes.
+    pub oversize_segments: Stat,
+    /// `cudaMalloc` retries after releasing cache (`num_alloc_retries`).
+    pub num_alloc_retries: i64,
+    /// Out-of-memory errors raised (`num_ooms`).
+    pub num_ooms: i64,
+    /// Full synchronizations of outstanding events (`num_sync_all_streams`).
+    pub num_sync_all_streams: i64,
+    /// Device allocations: `cudaMalloc` calls and expandable-segment page maps
+    /// (`num_device_alloc`).
+    pub num_device_alloc: i64,
+    /// Device frees: `cudaFree` calls and expandable-segment unmaps (`num_device_free`).
+    pub num_device_free: i64,
+    /// The configured `max_split_size` in bytes; `None` when unlimited.
+    pub max_split_size: Option<u64>,
+}
+
+/// The nine stat arrays in the order PyTorch's `memory_stats()` emits them.
+const ARRAY_NAMES: [&str; 9] = [
+    "allocation",
+    "segment",
+    "active",
+    "inactive_split",
+    "allocated_bytes",
+    "reserved_bytes",
+    "active_bytes",
+    "inactive_split_bytes",
+    "requested_bytes",
+];
+
+impl DeviceStats {
+    /// The nine stat arrays with their PyTorch names.
+    pub fn arrays(&self) -> [(&'static str, &StatArray); 9] {
+        let a = [
+            &self.allocation,
+            &self.segment,
+            &self.active,
+            &self.inactive_split,
+            &self.allocated_bytes,
+            &self.reserved_bytes,
+            &self.active_bytes,
+            &self.inactive_split_bytes,
+            &self.requested_bytes,
+        ];
+        std::array::from_fn(|i| (ARRAY_NAMES[i], a[i]))
+    }
+
+    fn arrays_mut(&mut self) -> [&mut StatArray; 9] {
+        [
+            &mut self.allocation,
+            &mut self.segment,
+            &mut self.active,
+            &mut self.inactive_split,
+            &mut self.allocated_bytes,
+            &mut self.reserved_bytes,
+            &mut self.active_bytes,
+            &mut self.inactive_split_bytes,
+            &mut self.requested_bytes,
+        ]
+    }
+
+    /// The flat map of `torch.cuda.memory_stats()`: exactly PyTorch's 122 keys, sorted.
+    ///
+    /// Keys: `<array>.<all|small_pool|large_pool>.<current|peak|allocated|freed>` for the nine
+    /// arrays (108), `oversize_allocations.*` and `oversize_segments.*` (8), and the scalars
+    /// `num_alloc_retries`, `num_ooms`, `max_split_size`, `num_sync_all_streams`,
+    /// `num_device_alloc`, `num_device_free` (6).
+    ///
+    /// Deliberate difference: none in the values. Like PyTorch, `max_split_size` reads `-1` when
+    /// unlimited (PyTorch stores `SIZE_MAX` and converts it to a signed -1); the typed field
+    /// [`DeviceStats::max_split_size`] says `None` instead.
+    pub fn memory_stats(&self) -> BTreeMap<String, i64> {
+        let mut out = BTreeMap::new();
+        let mut put_stat = |prefix: &str, s: &Stat| {
+            out.insert(format!("{prefix}.current"), s.current);
+            out.insert(format!("{prefix}.peak"), s.peak);
+            out.insert(format!("{prefix}.allocated"), s.allocated);
+            out.insert(format!("{prefix}.freed"), s.freed);
+        };
+        for (name, array) in self.arrays() {
+            for t in StatType::ALL {
+                put_stat(&format!("{name}.{}", t.key()), &array[t as usize]);
+            }
+        }
+        put_stat("oversize_allocations", &self.oversize_allocations);
+        put_stat("oversize_segments", &self.oversize_segments);
+        out.insert("num_alloc_retries".into(), self.num_alloc_retries);
+        out.insert("num_ooms".into(), self.num_ooms);
+        out.insert(
+            "max_split_size".into(),
+            self.max_split_size.map_or(-1, |v| v as i64),
+        );
+        out.insert("num_sync_all_streams".into(), self.num_sync_all_streams);
+        out.insert("num_device_alloc".into(), self.num_device_alloc);
+        out.insert("num_device_free".into(), self.num_device_free);
+        out
+    }
+
+    /// `peak = current` for every stat (PyTorch's `resetPeakStats`).
+    pub fn reset_peak(&mut self) {
+        for array in self.arrays_mut() {
+            array.iter_mut().for_each(Stat::reset_peak);
+        }
+        self.oversize_allocations.reset_peak();
+        self.oversize_segments.reset_peak();
+    }
+
+    /// `allocated = freed = 0` everywhere and the counters to 0 (PyTorch's
+    /// `resetAccumulatedStats`).
+    pub fn reset_accumulated(&mut self) {
+        for array in self.arrays_mut() {
+            array.iter_mut().for_each(Stat::reset_accumulated);
+        }
+        self.oversize_allocations.reset_accumulated();
+        self.oversize_segments.reset_accumulated();
+        self.num_alloc_retries = 0;
+        self.num_ooms = 0;
+        self.num_sync_all_streams = 0;
+        self.num_device_alloc = 0;
+        self.num_device_free = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_stats_has_exactly_pytorchs_122_keys() {
+        let stats = DeviceStats::default();
+        let map = stats.memory_stats();
+        assert_eq!(map.len(), 122);
+        assert_eq!(map["max_split_size"], -1);
+        assert!(map.contains_key("allocated_bytes.all.current"));
+        assert!(map.contains_key("reserved_bytes.large_pool.peak"));
+        assert!(map.contains_key("inactive_split_bytes.small_pool.freed"));
+        assert!(map.contains_key("oversize_segments.allocated"));
+    }
+
+    #[test]
+    fn stat_update_rules() {
+        let mut s = Stat::default();
+        s.increase(10);
+        s.increase(5);
+        s.decrease(12);
+        assert_eq!(s, Stat { current: 3, peak: 15, allocated: 15, freed: 12 });
+        s.reset_peak();
+        assert_eq!(s.peak, 3);
+        s.reset_accumulated();
+        assert_eq!(s, Stat { current: 3, peak: 3, allocated: 0, freed: 0 });
+    }
+}

@@ -1,0 +1,56 @@
+//! `cargo xtask`: the project's task runner (CI, GPU tests, valgrind, benchmarks, soak).
+//!
+//! Every task is a sequence of named steps, each a `cargo` (or tool) command run from the
+//! workspace root. A failing step stops the task and is named on stderr, so a CI log says
+//! exactly what broke. See CONTRIBUTING.md for when to run which task.
+
+mod steps;
+mod tasks;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <task> [args]
+
+tasks:
+  ci          fmt --check, clippy -D warnings, tests (nextest if installed), doc tests,
+              docs with warnings denied: exactly what CI runs
+  gpu-test    probe for a CUDA driver and device, then run the GPU-only tests;
+              fails (non-zero) when no driver or no device is found
+  valgrind    run the unsafe-heavy crates' tests under valgrind memcheck
+  bench [F]   run the criterion benchmarks (optionally only those matching F)
+  soak        run the caching allocator's property test for 10 million random steps
+  help        this text
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(task) = args.first() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let rest = &args[1..];
+    let result = match task.as_str() {
+        "ci" => tasks::ci(),
+        "gpu-test" => tasks::gpu_test(),
+        "valgrind" => tasks::valgrind(),
+        "bench" => tasks::bench(rest),
+        "soak" => tasks::soak(),
+        "help" | "-h" | "--help" => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        other => {
+            eprintln!("xtask: unknown task `{other}`\n");
+            eprint!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("\nxtask {task}: FAILED at step `{}`: {}", failure.step, failure.reason);
+            ExitCode::FAILURE
+        }
+    }
+}
