@@ -1,0 +1,739 @@
+//! One device's caching allocator: malloc, free, record_stream (PyTorch's
+//! `DeviceCachingAllocator`).
+//!
+//! The release paths (events, empty_cache, garbage collection) live in `release.rs`, the
+//! expandable-segment paths in `expandable.rs`, snapshots in `snapshot.rs`; all are `impl`
+//! blocks of [`DeviceCachingAllocator`].
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use rustc_hash::FxBuildHasher;
+
+use crate::block::{Block, BlockArena, BlockId, BlockPool, SizeKey};
+use crate::config::AllocatorConfig;
+use crate::device::{DeviceError, DeviceMemory, DevicePtr, EventId, StreamId};
+use crate::error::{Error, Result};
+use crate::expandable::ExpandableSegment;
+use crate::history::{Clock, History, TraceAction, TraceEntry};
+use crate::oom::OutOfMemoryError;
+use crate::sizes::{get_allocation_size, is_small, round_size, should_split};
+use crate::stats::{DeviceStats, StatType};
+
+/// A block handed out by [`DeviceCachingAllocator::malloc`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    /// Device address of the block.
+    pub ptr: DevicePtr,
+    /// Bytes of the block (the rounded size, or more when the block was not split).
+    pub size: usize,
+    /// Bytes the caller asked for.
+    pub requested: usize,
+    /// The allocation stream.
+    pub stream: StreamId,
+}
+
+/// Totals of the cache (PyTorch's `cacheInfo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CacheInfo {
+    /// Bytes in free cached blocks (both pools).
+    pub cached_bytes: usize,
+    /// The largest free cached block, in bytes.
+    pub largest_block: usize,
+}
+
+/// The caching allocator of one device (PyTorch's `DeviceCachingAllocator`), generic over the
+/// device backend.
+///
+/// Not thread safe by itself (`&mut self`); [`crate::CachingAllocator`] puts one behind a mutex
+/// per device. Sizes are bytes; addresses are device addresses.
+pub struct DeviceCachingAllocator<D: DeviceMemory> {
+    pub(crate) device: D,
+    pub(crate) config: AllocatorConfig,
+    pub(crate) blocks: BlockArena,
+    pub(crate) large: BlockPool,
+    pub(crate) small: BlockPool,
+    /// Allocated blocks by address (PyTorch's `allocated_blocks` map of the front).
+    pub(crate) allocated: HashMap<DevicePtr, BlockId, FxBuildHasher>,
+    pub(crate) stats: DeviceStats,
+    /// Reserved bytes (PyTorch's `total_allocated_memory`).
+    pub(crate) total_allocated_memory: usize,
+    /// `Some(bytes)` when a per-process memory fraction is set (`allowed_memory_maximum`).
+    pub(crate) allowed_memory_maximum: Option<usize>,
+    /// Outstanding events per stream, FIFO (PyTorch's `cuda_events`).
+    pub(crate) events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
+    pub(crate) expandable_segments: Vec<Option<ExpandableSegment>>,
+    pub(crate) history: History,
+    pub(crate) device_total: usize,
+    pub(crate) warnings: Vec<String>,
+}
+
+/// What one malloc is about (PyTorch's `AllocParams`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Params {
+    pub(crate) orig_size: usize,
+    pub(crate) size: usize,
+    pub(crate) alloc_size: usize,
+    pub(crate) small: bool,
+    pub(crate) stream: StreamId,
+}
+
+impl<D: DeviceMemory> DeviceCachingAllocator<D> {
+    /// Creates the allocator of `device` with `config`.
+    ///
+    /// A `per_process_memory_fraction` in the config is applied at once. When the config asks
+    /// for expandable segments and the device has no virtual memory management, expandable
+    /// segments are turned off and a warning is kept ([`DeviceCachingAllocator::warnings`]),
+    /// as PyTorch does.
+    ///
+    /// # Errors
+    /// [`Error::Device`] when the device cannot report its memory.
+    pub fn new(device: D, mut config: AllocatorConfig) -> Result<Self> {
+        let info = device.mem_get_info()?;
+        let mut warnings = Vec::new();
+        if config.expandable_segments && !device.supports_virtual_memory() {
+            config.expandable_segments = false;
+            warnings.push(format!(
+                "expandable_segments not supported on device {}: using regular segments",
+                device.index()
+            ));
+        }
+        let mut stats = DeviceStats {
+            max_split_size: config.max_split_size.map(|v| v as u64),
+            ..DeviceStats::default()
+        };
+        stats.num_ooms = 0;
+        let mut this = DeviceCachingAllocator {
+            device,
+            config,
+            blocks: BlockArena::default(),
+            large: BlockPool::new(false),
+            small: BlockPool::new(true),
+            allocated: HashMap::default(),
+            stats,
+            total_allocated_memory: 0,
+            allowed_memory_maximum: None,
+            events: BTreeMap::new(),
+            expandable_segments: Vec::new(),
+            history: History::default(),
+            device_total: info.total,
+            warnings,
+        };
+        if let Some(f) = this.config.per_process_memory_fraction {
+            this.set_memory_fraction(f)?;
+        }
+        Ok(this)
+    }
+
+    /// The device backend.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+
+    /// Warnings about the configuration (e.g. expandable segments unavailable).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Bytes reserved from the device (PyTorch's `total_allocated_memory`).
+    pub fn reserved_bytes(&self) -> usize {
+        self.total_allocated_memory
+    }
+
+    /// Limits reserved memory to `fraction` of the device's total memory
+    /// (PyTorch's `setMemoryFraction` / `torch.cuda.set_per_process_memory_fraction`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidFraction`] unless `0 < fraction <= 1`; [`Error::Device`] when the device
+    /// cannot report its memory.
+    pub fn set_memory_fraction(&mut self, fraction: f64) -> Result<()> {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(Error::InvalidFraction { fraction });
+        }
+        let info = self.device.mem_get_info()?;
+        self.device_total = info.total;
+        self.allowed_memory_maximum = Some((fraction * info.total as f64) as usize);
+        self.config.per_process_memory_fraction = Some(fraction);
+        Ok(())
+    }
+
+    /// Starts (or resizes) the memory history ring buffer with room for `max_entries` entries
+    /// (PyTorch's `_record_memory_history(max_entries=...)`). `max_entries == 0` stops recording.
+    pub fn record_history(&mut self, max_entries: usize, clock: Clock) {
+        if max_entries == 0 {
+            self.history.disable();
+        } else {
+            self.history.enable(max_entries, clock);
+        }
+    }
+
+    /// Stops recording history; the entries so far are kept.
+    pub fn stop_history(&mut self) {
+        self.history.disable();
+    }
+
+    /// Drops the recorded history.
+    pub fn clear_history(&mut self) {
+        self.history.clear();
+    }
+
+    /// The recorded trace entries, oldest first.
+    pub fn history(&self) -> Vec<TraceEntry> {
+        self.history.entries().cloned().collect()
+    }
+
+    /// The statistics (PyTorch's `getDeviceStats`).
+    pub fn stats(&self) -> &DeviceStats {
+        &self.stats
+    }
+
+    /// `peak = current` for every stat (PyTorch's `resetPeakStats`).
+    pub fn reset_peak_stats(&mut self) {
+        self.stats.reset_peak();
+    }
+
+    /// Zeroes accumulated stats and counters (PyTorch's `resetAccumulatedStats`).
+    pub fn reset_accumulated_stats(&mut self) {
+        self.stats.reset_accumulated();
+    }
+
+    /// Free cached bytes and the largest free block (PyTorch's `cacheInfo`).
+    pub fn cache_info(&self) -> CacheInfo {
+        let mut info = CacheInfo::default();
+        for key in self.large.blocks.iter().chain(self.small.blocks.iter()) {
+            info.cached_bytes += key.size;
+            info.largest_block = info.largest_block.max(key.size);
+        }
+        info
+    }
+
+    /// Allocates `size` bytes for use on `stream` (PyTorch's `DeviceCachingAllocator::malloc`).
+    ///
+    /// Follows PyTorch's order: process completed events, round, best-fit search, (garbage
+    /// collection), device malloc, release oversize cached blocks and retry, release all cached
+    /// blocks and retry; then out of memory. Free-memory callbacks are run by the
+    /// multi-device front ([`crate::CachingAllocator`]) between [`Self::try_malloc_cached`] and
+    /// [`Self::malloc_uncached`], without this allocator's lock held.
+    ///
+    /// A zero-byte request gets a 512-byte block, as in PyTorch's `malloc`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] with every figure when nothing works (the allocator stays
+    /// usable); [`Error::Device`] when the device fails in another way.
+    pub fn malloc(&mut self, size: usize, stream: StreamId) -> Result<Allocation> {
+        match self.try_malloc_cached(size, stream)? {
+            Some(a) => Ok(a),
+            None => self.malloc_uncached(size, stream, false),
+        }
+    }
+
+    /// The first half of [`Self::malloc`]: process completed events and try the cache.
+    /// `Ok(None)` on a miss (nothing changed but event processing and GC ages).
+    ///
+    /// # Errors
+    /// [`Error::Device`] when an event query fails.
+    pub fn try_malloc_cached(
+        &mut self,
+        size: usize,
+        stream: StreamId,
+    ) -> Result<Option<Allocation>> {
+        self.process_events()?;
+        let p = self.params(size, stream);
+        match self.get_free_block(&p) {
+            Some(id) => Ok(Some(self.alloc_found_block(&p, id))),
+            None => Ok(None),
+        }
+    }
+
+    /// The second half of [`Self::malloc`], after a cache miss and the free-memory callbacks:
+    /// search again when `search_again` (a callback freed memory), then garbage collection and
+    /// the device-malloc retry chain.
+    ///
+    /// # Errors
+    /// As [`Self::malloc`].
+    pub fn malloc_uncached(
+        &mut self,
+        size: usize,
+        stream: StreamId,
+        search_again: bool,
+    ) -> Result<Allocation> {
+        let p = self.params(size, stream);
+        if search_again {
+            self.process_events()?;
+            if let Some(id) = self.get_free_block(&p) {
+                return Ok(self.alloc_found_block(&p, id));
+            }
+        }
+        if self.allowed_memory_maximum.is_some() && self.config.gc_enabled() {
+            self.garbage_collect_cached_blocks()?;
+        }
+        let mut found = self.alloc_block(&p, false)?;
+        if found.is_none() && self.release_available_cached_blocks(&p)? {
+            found = self.alloc_block(&p, false)?;
+        }
+        if found.is_none() {
+            self.release_cached_blocks()?;
+            // pytorch#189504: releasing synchronizes events, which can free a block that fits
+            // inside a split segment; PyTorch would not look at it and raise a spurious OOM.
+            found = self.get_free_block(&p);
+            if found.is_none() {
+                found = self.alloc_block(&p, true)?;
+            }
+        }
+        match found {
+            Some(id) => Ok(self.alloc_found_block(&p, id)),
+            None => Err(self.out_of_memory(&p)),
+        }
+    }
+
+    fn params(&self, orig_size: usize, stream: StreamId) -> Params {
+        let size = round_size(orig_size, &self.config);
+        Params {
+            orig_size,
+            size,
+            alloc_size: get_allocation_size(size),
+            small: is_small(size),
+            stream,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn pool_mut(&mut self, small: bool) -> &mut BlockPool {
+        if small { &mut self.small } else { &mut self.large }
+    }
+
+    /// The stat types a pool's blocks count in: aggregate plus the pool's own.
+    #[inline]
+    pub(crate) fn stat_types(small: bool) -> [usize; 2] {
+        [
+            StatType::Aggregate as usize,
+            if small {
+                StatType::SmallPool as usize
+            } else {
+                StatType::LargePool as usize
+            },
+        ]
+    }
+
+    /// Best-fit search (PyTorch's `get_free_block`); removes and returns the block on a hit.
+    pub(crate) fn get_free_block(&mut self, p: &Params) -> Option<BlockId> {
+        let gc = self.allowed_memory_maximum.is_some() && self.config.gc_enabled();
+        let expandable_on = self.config.expandable_segments;
+        let max_split = self.config.max_split_size_or_max();
+        let max_non_split_rounding = self.config.max_non_split_rounding;
+        let blocks = &self.blocks;
+        let pool = if p.small {
+            &mut self.small
+        } else {
+            &mut self.large
+        };
+        if gc {
+            pool.get_free_blocks_call_count += 1;
+        }
+        let mut it = pool.blocks.range(SizeKey::lower(p.stream, p.size)..);
+        let mut key = *it.next()?;
+        if key.stream != p.stream {
+            return None;
+        }
+        if blocks.get(key.id).expandable.is_some() {
+            if expandable_on {
+                // Best fit counts an expandable block's unmapped successor as room it can grow
+                // into: prefer the block with the least such room.
+                let expandable_size = |k: &SizeKey| {
+                    let b = blocks.get(k.id);
+                    b.size
+                        + b.next
+                            .map(|n| blocks.get(n))
+                            .filter(|n| !n.mapped)
+                            .map_or(0, |n| n.size)
+                };
+                let mut peek = it.clone();
+                while blocks.get(key.id).expandable.is_some() {
+                    match peek.next() {
+                        Some(next)
+                            if next.stream == p.stream
+                                && expandable_size(next) < expandable_size(&key) =>
+                        {
+                            key = *next;
+                        }
+                        _ => break,
+                    }
+                }
+            } else {
+                // Expandable segments were turned off after some were made: skip their blocks.
+                loop {
+                    key = *it.next()?;
+                    if key.stream != p.stream {
+                        return None;
+                    }
+                    if blocks.get(key.id).expandable.is_none() {
+                        break;
+                    }
+                }
+            }
+        }
+        // Never hand an oversize block to a normal request, nor a much larger oversize block to
+        // an oversize request.
+        if p.size < max_split && key.size >= max_split {
+            return None;
+        }
+        if p.size >= max_split && key.size >= p.size.saturating_add(max_non_split_rounding) {
+            return None;
+        }
+        pool.blocks.remove(&key);
+        Some(key.id)
+    }
+
+    /// Allocates a new segment (PyTorch's `alloc_block`); `Ok(None)` when the device (or the
+    /// memory fraction) refuses.
+    pub(crate) fn alloc_block(&mut self, p: &Params, is_retry: bool) -> Result<Option<BlockId>> {
+        if is_retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        let size = p.alloc_size;
+        if let Some(allowed) = self.allowed_memory_maximum {
+            if self.total_allocated_memory.saturating_add(size) > allowed {
+                return Ok(None);
+            }
+        }
+        if self.config.expandable_segments {
+            return self.try_allocate_expandable_block(p);
+        }
+        let ptr = match self.device.malloc(size) {
+            Ok(ptr) => ptr,
+            Err(DeviceError::OutOfMemory { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        self.total_allocated_memory += size;
+        let id = self.blocks.insert(Block::new(ptr, size, p.stream, p.small));
+        for t in Self::stat_types(p.small) {
+            self.stats.segment[t].increase(1);
+            self.stats.reserved_bytes[t].increase(size as u64);
+        }
+        if size >= self.config.max_split_size_or_max() {
+            self.stats.oversize_segments.increase(1);
+        }
+        self.stats.num_device_alloc += 1;
+        self.history
+            .record(TraceAction::SegmentAlloc, ptr, size as u64, p.stream);
+        Ok(Some(id))
+    }
+
+    /// Hands out a found block, splitting it if the rules say so (PyTorch's `alloc_found_block`).
+    pub(crate) fn alloc_found_block(&mut self, p: &Params, found: BlockId) -> Allocation {
+        let types = Self::stat_types(p.small);
+        let (block_size, already_split, expandable, block_ptr) = {
+            let b = self.blocks.get(found);
+            (b.size, b.is_split(), b.expandable.is_some(), b.ptr)
+        };
+        let id = if should_split(block_size, p.size, p.small, &self.config) {
+            // The allocation takes the low addresses; the remainder keeps the old id.
+            let remaining = found;
+            let prev = self.blocks.get(remaining).prev;
+            let mut block = Block::new(block_ptr, p.size, p.stream, p.small);
+            block.expandable = self.blocks.get(remaining).expandable;
+            block.prev = prev;
+            block.next = Some(remaining);
+            let id = self.blocks.insert(block);
+            if let Some(prev) = prev {
+                self.blocks.get_mut(prev).next = Some(id);
+            }
+            let pool = if p.small {
+                &mut self.small
+            } else {
+                &mut self.large
+            };
+            let r = self.blocks.get_mut(remaining);
+            r.prev = Some(id);
+            r.ptr += p.size as u64;
+            r.size -= p.size;
+            let remaining_size = r.size;
+            pool.insert_into_blocks(remaining, r);
+            if already_split && !expandable {
+                // An already-split inactive block shrinks by `size` bytes.
+                for t in types {
+                    self.stats.inactive_split_bytes[t].decrease(p.size as u64);
+                }
+            } else if !expandable {
+                // A new inactive split block appears from a previously unsplit block.
+                for t in types {
+                    self.stats.inactive_split_bytes[t].increase(remaining_size as u64);
+                    self.stats.inactive_split[t].increase(1);
+                }
+            }
+            id
+        } else {
+            if already_split && !expandable {
+                // An already-split block becomes active.
+                for t in types {
+                    self.stats.inactive_split_bytes[t].decrease(block_size as u64);
+                    self.stats.inactive_split[t].decrease(1);
+                }
+            }
+            found
+        };
+        let b = self.blocks.get_mut(id);
+        b.allocated = true;
+        b.requested_size = p.orig_size;
+        let (ptr, size) = (b.ptr, b.size);
+        self.history
+            .record(TraceAction::Alloc, ptr, p.orig_size as u64, p.stream);
+        self.allocated.insert(ptr, id);
+        for t in types {
+            self.stats.allocation[t].increase(1);
+            self.stats.allocated_bytes[t].increase(size as u64);
+            self.stats.active[t].increase(1);
+            self.stats.active_bytes[t].increase(size as u64);
+            self.stats.requested_bytes[t].increase(p.orig_size as u64);
+        }
+        if size >= self.config.max_split_size_or_max() {
+            self.stats.oversize_allocations.increase(1);
+        }
+        Allocation {
+            ptr,
+            size,
+            requested: p.orig_size,
+            stream: p.stream,
+        }
+    }
+
+    /// Builds the out-of-memory error and records it (PyTorch's OOM branch of `malloc`).
+    fn out_of_memory(&mut self, p: &Params) -> Error {
+        let (device_free, device_total) = match self.device.mem_get_info() {
+            Ok(info) => (info.free, info.total),
+            Err(_) => (0, self.device_total),
+        };
+        self.history
+            .record(TraceAction::Oom, device_free as u64, p.size as u64, p.stream);
+        self.stats.num_ooms += 1;
+        let agg = StatType::Aggregate as usize;
+        Error::OutOfMemory(Box::new(OutOfMemoryError {
+            device: self.device.index(),
+            requested: p.orig_size as u64,
+            rounded: p.size as u64,
+            segment_size: p.alloc_size as u64,
+            device_total: device_total as u64,
+            device_free: device_free as u64,
+            allocated: self.stats.allocated_bytes[agg].current as u64,
+            reserved: self.stats.reserved_bytes[agg].current as u64,
+            allowed: self.allowed_memory_maximum.map(|v| v as u64),
+            expandable_segments: self.config.expandable_segments,
+            max_split_size: self.config.max_split_size.map(|v| v as u64),
+            stream: p.stream.0,
+        }))
+    }
+
+    /// Frees the block at `ptr` (PyTorch's `DeviceCachingAllocator::free`).
+    ///
+    /// Without recorded streams the block is free at once (merged with free neighbours, back in
+    /// its pool). With streams recorded by [`Self::record_stream`], one event is recorded per
+    /// stream and the block stays `active_pending_free` until they complete.
+    ///
+    /// # Errors
+    /// [`Error::InvalidPointer`] when `ptr` is not an allocated block of this allocator (nothing
+    /// changes); [`Error::Device`] when recording an event fails.
+    pub fn free(&mut self, ptr: DevicePtr) -> Result<()> {
+        let Some(id) = self.allocated.remove(&ptr) else {
+            return Err(Error::InvalidPointer {
+                ptr,
+                device: self.device.index(),
+            });
+        };
+        let b = self.blocks.get_mut(id);
+        b.allocated = false;
+        let (small, size, requested, stream) = (b.small, b.size, b.requested_size, b.stream);
+        let has_uses = !b.stream_uses.is_empty();
+        for t in Self::stat_types(small) {
+            self.stats.allocation[t].decrease(1);
+            self.stats.allocated_bytes[t].decrease(size as u64);
+        }
+        self.history
+            .record(TraceAction::FreeRequested, ptr, requested as u64, stream);
+        if size >= self.config.max_split_size_or_max() {
+            self.stats.oversize_allocations.decrease(1);
+        }
+        if has_uses {
+            self.insert_events(id)
+        } else {
+            self.free_block(id);
+            Ok(())
+        }
+    }
+
+    /// Marks the block at `ptr` as used by `stream` (PyTorch's `recordStream`): freeing it will
+    /// wait for the work queued on `stream` so far. The allocation stream itself is ignored.
+    ///
+    /// # Errors
+    /// [`Error::InvalidPointer`] when `ptr` is not an allocated block of this allocator.
+    pub fn record_stream(&mut self, ptr: DevicePtr, stream: StreamId) -> Result<()> {
+        let Some(&id) = self.allocated.get(&ptr) else {
+            return Err(Error::InvalidPointer {
+                ptr,
+                device: self.device.index(),
+            });
+        };
+        let b = self.blocks.get_mut(id);
+        if stream != b.stream && !b.stream_uses.contains(&stream) {
+            b.stream_uses.push(stream);
+        }
+        Ok(())
+    }
+
+    /// The allocation containing `ptr`'s block: `(segment base address, segment bytes)`
+    /// (PyTorch's `getBaseAllocation`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidPointer`] when `ptr` is not an allocated block of this allocator.
+    pub fn get_base_allocation(&self, ptr: DevicePtr) -> Result<(DevicePtr, usize)> {
+        let Some(&id) = self.allocated.get(&ptr) else {
+            return Err(Error::InvalidPointer {
+                ptr,
+                device: self.device.index(),
+            });
+        };
+        let mut head = id;
+        while let Some(prev) = self.blocks.get(head).prev {
+            head = prev;
+        }
+        let base = self.blocks.get(head).ptr;
+        let mut size = 0;
+        let mut cur = Some(head);
+        while let Some(c) = cur {
+            size += self.blocks.get(c).size;
+            cur = self.blocks.get(c).next;
+        }
+        Ok((base, size))
+    }
+
+    /// The block size and requested size of the allocated block at `ptr`, if any.
+    pub fn block_info(&self, ptr: DevicePtr) -> Option<(usize, usize)> {
+        self.allocated.get(&ptr).map(|&id| {
+            let b = self.blocks.get(id);
+            (b.size, b.requested_size)
+        })
+    }
+
+    /// Records one event per stream that used the block and defers its release
+    /// (PyTorch's `insert_events`).
+    fn insert_events(&mut self, id: BlockId) -> Result<()> {
+        let uses = std::mem::take(&mut self.blocks.get_mut(id).stream_uses);
+        for stream in uses {
+            let event = self.device.create_event()?;
+            self.device.record_event(event, stream)?;
+            self.blocks.get_mut(id).event_count += 1;
+            self.events.entry(stream).or_default().push_back((event, id));
+        }
+        Ok(())
+    }
+
+    /// Returns a really-free block to its pool, merging with free neighbours
+    /// (PyTorch's `free_block`).
+    pub(crate) fn free_block(&mut self, id: BlockId) {
+        let (ptr, original_size, requested, stream, small, prev, next) = {
+            let b = self.blocks.get(id);
+            debug_assert!(b.is_idle());
+            (
+                b.ptr,
+                b.size,
+                b.requested_size,
+                b.stream,
+                b.small,
+                b.prev,
+                b.next,
+            )
+        };
+        self.history
+            .record(TraceAction::FreeCompleted, ptr, requested as u64, stream);
+        let mut net_inactive_split_blocks: i64 = 0;
+        let mut net_inactive_split_size: i64 = 0;
+        for candidate in [prev, next] {
+            let subsumed = self.try_merge_blocks(id, candidate);
+            if subsumed > 0 {
+                net_inactive_split_blocks -= 1;
+                net_inactive_split_size -= subsumed as i64;
+            }
+        }
+        let pool = if small {
+            &mut self.small
+        } else {
+            &mut self.large
+        };
+        let b = self.blocks.get_mut(id);
+        pool.insert_into_blocks(id, b);
+        if b.is_split() {
+            net_inactive_split_blocks += 1;
+            net_inactive_split_size += b.size as i64;
+        }
+        let expandable = b.expandable.is_some();
+        for t in Self::stat_types(small) {
+            if !expandable {
+                apply_net(&mut self.stats.inactive_split[t], net_inactive_split_blocks);
+                apply_net(
+                    &mut self.stats.inactive_split_bytes[t],
+                    net_inactive_split_size,
+                );
+            }
+            self.stats.active[t].decrease(1);
+            self.stats.active_bytes[t].decrease(original_size as u64);
+            self.stats.requested_bytes[t].decrease(requested as u64);
+        }
+    }
+
+    /// Merges `src` into `dst` when `src` is an idle neighbour with the same mapping state;
+    /// returns the bytes subsumed, 0 when not merged (PyTorch's `try_merge_blocks`).
+    pub(crate) fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> usize {
+        let Some(src) = src else { return 0 };
+        let s = self.blocks.get(src);
+        if !s.is_idle() || s.mapped != self.blocks.get(dst).mapped {
+            return 0;
+        }
+        let (s_ptr, s_size, s_prev, s_next, s_mapped, s_small, s_stream) =
+            (s.ptr, s.size, s.prev, s.next, s.mapped, s.small, s.stream);
+        let pool = self.pool_mut(s_small);
+        if s_mapped {
+            pool.blocks.remove(&SizeKey {
+                stream: s_stream,
+                size: s_size,
+                ptr: s_ptr,
+                id: src,
+            });
+        } else {
+            pool.unmapped.remove(&crate::block::AddrKey {
+                stream: s_stream,
+                ptr: s_ptr,
+                id: src,
+            });
+        }
+        if self.blocks.get(dst).prev == Some(src) {
+            // [src dst]
+            let d = self.blocks.get_mut(dst);
+            d.ptr = s_ptr;
+            d.prev = s_prev;
+            if let Some(p) = s_prev {
+                self.blocks.get_mut(p).next = Some(dst);
+            }
+        } else {
+            // [dst src]
+            let d = self.blocks.get_mut(dst);
+            d.next = s_next;
+            if let Some(n) = s_next {
+                self.blocks.get_mut(n).prev = Some(dst);
+            }
+        }
+        self.blocks.get_mut(dst).size += s_size;
+        self.blocks.remove(src);
+        s_size
+    }
+}
+
+fn apply_net(stat: &mut crate::stats::Stat, net: i64) {
+    match net.cmp(&0) {
+        std::cmp::Ordering::Greater => stat.increase(net as u64),
+        std::cmp::Ordering::Less => stat.decrease(net.unsigned_abs()),
+        std::cmp::Ordering::Equal => {}
+    }
+}

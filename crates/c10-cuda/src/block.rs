@@ -1,0 +1,212 @@
+//! Blocks, the block arena and the free-block pools (PyTorch's `Block` and `BlockPool`).
+//!
+//! A segment (one `cudaMalloc`, or one expandable virtual range) is tiled by blocks linked
+//! through `prev`/`next` in address order. Blocks live in an arena and are named by [`BlockId`]
+//! instead of raw pointers. A pool keeps its free, mapped blocks ordered by
+//! `(stream, size, address)` for best fit, and (for expandable segments) its unmapped blocks
+//! ordered by `(stream, address)`.
+
+use std::collections::BTreeSet;
+
+use crate::device::{DevicePtr, StreamId};
+
+/// Index of a block in the [`BlockArena`]. Ids are reused after a block is deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct BlockId(pub(crate) u32);
+
+/// One block of device memory (PyTorch's `Block`).
+#[derive(Clone, Debug)]
+pub(crate) struct Block {
+    /// Start address.
+    pub(crate) ptr: DevicePtr,
+    /// Size in bytes (a multiple of 512).
+    pub(crate) size: usize,
+    /// Bytes the user asked for when this block was last allocated (unrounded).
+    pub(crate) requested_size: usize,
+    /// The allocation stream: only requests on this stream may use the block.
+    pub(crate) stream: StreamId,
+    /// Whether the block belongs to the small pool.
+    pub(crate) small: bool,
+    /// Handed out to a user and not yet freed.
+    pub(crate) allocated: bool,
+    /// Backed by physical memory (always true outside expandable segments).
+    pub(crate) mapped: bool,
+    /// The neighbour at lower addresses in the same segment.
+    pub(crate) prev: Option<BlockId>,
+    /// The neighbour at higher addresses in the same segment.
+    pub(crate) next: Option<BlockId>,
+    /// Outstanding stream events that must complete before the block is really free.
+    pub(crate) event_count: u32,
+    /// Streams other than `stream` that used the block (`record_stream`).
+    pub(crate) stream_uses: Vec<StreamId>,
+    /// The pool's search counter when the block last entered the pool (for GC ages).
+    pub(crate) gc_count_base: u64,
+    /// The expandable segment this block belongs to, if any.
+    pub(crate) expandable: Option<u32>,
+}
+
+impl Block {
+    pub(crate) fn new(ptr: DevicePtr, size: usize, stream: StreamId, small: bool) -> Self {
+        Block {
+            ptr,
+            size,
+            requested_size: 0,
+            stream,
+            small,
+            allocated: false,
+            mapped: true,
+            prev: None,
+            next: None,
+            event_count: 0,
+            stream_uses: Vec::new(),
+            gc_count_base: 0,
+            expandable: None,
+        }
+    }
+
+    /// Part of a segment that has other blocks (PyTorch's `is_split`).
+    pub(crate) fn is_split(&self) -> bool {
+        self.prev.is_some() || self.next.is_some()
+    }
+
+    /// Free and not waiting for stream events: may be handed out or merged.
+    pub(crate) fn is_idle(&self) -> bool {
+        !self.allocated && self.event_count == 0 && self.stream_uses.is_empty()
+    }
+}
+
+/// The arena owning every block of one device allocator.
+#[derive(Debug, Default)]
+pub(crate) struct BlockArena {
+    slots: Vec<Option<Block>>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl BlockArena {
+    pub(crate) fn insert(&mut self, block: Block) -> BlockId {
+        self.live += 1;
+        if let Some(i) = self.free.pop() {
+            self.slots[i as usize] = Some(block);
+            BlockId(i)
+        } else {
+            self.slots.push(Some(block));
+            BlockId((self.slots.len() - 1) as u32)
+        }
+    }
+
+    pub(crate) fn remove(&mut self, id: BlockId) -> Block {
+        let block = self.slots[id.0 as usize]
+            .take()
+            .expect("block id refers to a live block");
+        self.free.push(id.0);
+        self.live -= 1;
+        block
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, id: BlockId) -> &Block {
+        self.slots[id.0 as usize]
+            .as_ref()
+            .expect("block id refers to a live block")
+    }
+
+    #[inline]
+    pub(crate) fn get_mut(&mut self, id: BlockId) -> &mut Block {
+        self.slots[id.0 as usize]
+            .as_mut()
+            .expect("block id refers to a live block")
+    }
+
+    /// Every live block with its id, in id order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (BlockId, &Block)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.as_ref().map(|b| (BlockId(i as u32), b)))
+    }
+
+    /// Number of live blocks.
+    pub(crate) fn len(&self) -> usize {
+        self.live
+    }
+}
+
+/// Best-fit key of a free block: `(stream, size, address)` (PyTorch's `BlockComparatorSize`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct SizeKey {
+    pub(crate) stream: StreamId,
+    pub(crate) size: usize,
+    pub(crate) ptr: DevicePtr,
+    pub(crate) id: BlockId,
+}
+
+impl SizeKey {
+    /// The smallest key for `(stream, size)`: a lower bound for best-fit searches.
+    pub(crate) fn lower(stream: StreamId, size: usize) -> Self {
+        SizeKey {
+            stream,
+            size,
+            ptr: 0,
+            id: BlockId(0),
+        }
+    }
+
+    pub(crate) fn of(id: BlockId, b: &Block) -> Self {
+        SizeKey {
+            stream: b.stream,
+            size: b.size,
+            ptr: b.ptr,
+            id,
+        }
+    }
+}
+
+/// Key of an unmapped block: `(stream, address)` (PyTorch's `BlockComparatorAddress`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct AddrKey {
+    pub(crate) stream: StreamId,
+    pub(crate) ptr: DevicePtr,
+    pub(crate) id: BlockId,
+}
+
+impl AddrKey {
+    pub(crate) fn of(id: BlockId, b: &Block) -> Self {
+        AddrKey {
+            stream: b.stream,
+            ptr: b.ptr,
+            id,
+        }
+    }
+}
+
+/// A pool of free blocks (PyTorch's `BlockPool`): the small pool or the large pool.
+#[derive(Debug)]
+pub(crate) struct BlockPool {
+    /// Free, mapped blocks in best-fit order.
+    pub(crate) blocks: BTreeSet<SizeKey>,
+    /// Free, unmapped blocks of expandable segments in address order.
+    pub(crate) unmapped: BTreeSet<AddrKey>,
+    /// Whether this is the small pool.
+    pub(crate) small: bool,
+    /// Best-fit searches so far (counted only while garbage collection is active).
+    pub(crate) get_free_blocks_call_count: u64,
+}
+
+impl BlockPool {
+    pub(crate) fn new(small: bool) -> Self {
+        BlockPool {
+            blocks: BTreeSet::new(),
+            unmapped: BTreeSet::new(),
+            small,
+            get_free_blocks_call_count: 0,
+        }
+    }
+
+    /// Inserts a free mapped block, stamping its GC age base (PyTorch's `insert_into_blocks`).
+    pub(crate) fn insert_into_blocks(&mut self, id: BlockId, b: &mut Block) {
+        b.gc_count_base = self.get_free_blocks_call_count;
+        let inserted = self.blocks.insert(SizeKey::of(id, b));
+        debug_assert!(inserted, "block inserted twice into its pool");
+    }
+}

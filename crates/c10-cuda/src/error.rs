@@ -1,0 +1,50 @@
+//! The crate's error type: out of memory, bad pointers, bad settings, device failures.
+
+use thiserror::Error;
+
+use crate::device::{DeviceError, DevicePtr};
+use crate::oom::OutOfMemoryError;
+
+/// Everything the caching allocator can fail with.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No memory for a request even after releasing the cache (PyTorch's `OutOfMemoryError`);
+    /// holds every figure. The allocator stays usable.
+    #[error(transparent)]
+    OutOfMemory(Box<OutOfMemoryError>),
+    /// A pointer that is not a live allocation of this allocator (freed twice, or foreign).
+    #[error("pointer {ptr:#x} is not an allocated block of the caching allocator of device {device}")]
+    InvalidPointer {
+        /// The address given.
+        ptr: DevicePtr,
+        /// The device whose allocator was asked.
+        device: u8,
+    },
+    /// A device index with no allocator behind it.
+    #[error("no caching allocator for device {device}: {count} device(s) configured")]
+    InvalidDevice {
+        /// The index asked for.
+        device: u8,
+        /// How many devices the allocator manages.
+        count: usize,
+    },
+    /// A per-process memory fraction outside `(0, 1]`.
+    #[error("invalid memory fraction {fraction}: expected a value in (0, 1]")]
+    InvalidFraction {
+        /// The fraction given.
+        fraction: f64,
+    },
+    /// A device call failed.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
+impl From<OutOfMemoryError> for Error {
+    fn from(e: OutOfMemoryError) -> Self {
+        Error::OutOfMemory(Box::new(e))
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

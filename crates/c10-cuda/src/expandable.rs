@@ -1,0 +1,363 @@
+//! Expandable segments (`expandable_segments:True`): one virtual range per (stream, pool),
+//! physical pages mapped on demand (PyTorch's `ExpandableSegment`, `map_block`,
+//! `unmap_block`, `try_allocate_expandable_block`).
+//!
+//! Pages are 2 MiB in the small pool and 20 MiB in the large pool. A segment reserves 9/8 of
+//! the device's memory as address space so pages can be mapped past ranges that stay in use.
+
+use crate::allocator::{DeviceCachingAllocator, Params};
+use crate::block::{AddrKey, Block, BlockId, SizeKey};
+use crate::device::{DeviceError, DeviceMemory, DevicePtr, StreamId};
+use crate::error::Result;
+use crate::history::TraceAction;
+use crate::sizes::{LARGE_BUFFER, SMALL_BUFFER};
+
+/// One expandable segment's page table (PyTorch's `ExpandableSegment`).
+#[derive(Clone, Debug)]
+pub(crate) struct ExpandableSegment {
+    /// Start of the reserved virtual range.
+    pub(crate) base: DevicePtr,
+    /// Page size in bytes (2 MiB small pool, 20 MiB large pool).
+    pub(crate) page: usize,
+    /// Which pages are backed by physical memory.
+    pub(crate) mapped: Vec<bool>,
+}
+
+impl ExpandableSegment {
+    /// Bytes of reserved address space.
+    pub(crate) fn size(&self) -> usize {
+        self.mapped.len() * self.page
+    }
+
+    /// Maps the pages covering `[ptr, ptr + size)` (`ptr` page aligned, pages unmapped).
+    /// Returns the mapped range, or size 0 when the device is out of memory (pages mapped by
+    /// this call are unmapped again).
+    fn map<D: DeviceMemory>(
+        &mut self,
+        device: &D,
+        ptr: DevicePtr,
+        size: usize,
+    ) -> Result<(DevicePtr, usize)> {
+        let begin = ((ptr - self.base) as usize) / self.page;
+        let end = ((ptr - self.base) as usize + size).div_ceil(self.page);
+        for i in begin..end {
+            debug_assert!(!self.mapped[i], "page mapped twice");
+            match device.map(self.page_ptr(i), self.page) {
+                Ok(()) => self.mapped[i] = true,
+                Err(DeviceError::OutOfMemory { .. }) => {
+                    for j in (begin..i).rev() {
+                        device.unmap(self.page_ptr(j), self.page)?;
+                        self.mapped[j] = false;
+                    }
+                    return Ok((self.page_ptr(begin), 0));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok((self.page_ptr(begin), (end - begin) * self.page))
+    }
+
+    /// Unmaps the pages wholly inside `[ptr, ptr + size)`; returns the unmapped range (size 0
+    /// when no whole page lies inside).
+    fn unmap<D: DeviceMemory>(
+        &mut self,
+        device: &D,
+        ptr: DevicePtr,
+        size: usize,
+    ) -> Result<(DevicePtr, usize)> {
+        let off = (ptr - self.base) as usize;
+        let begin = off.div_ceil(self.page);
+        let end = (off + size) / self.page;
+        if begin >= end {
+            return Ok((ptr, 0));
+        }
+        for i in begin..end {
+            debug_assert!(self.mapped[i], "unmapping an unmapped page");
+            device.unmap(self.page_ptr(i), self.page)?;
+            self.mapped[i] = false;
+        }
+        Ok((self.page_ptr(begin), (end - begin) * self.page))
+    }
+
+    fn page_ptr(&self, i: usize) -> DevicePtr {
+        self.base + (i * self.page) as u64
+    }
+}
+
+impl<D: DeviceMemory> DeviceCachingAllocator<D> {
+    fn allocatable(&self, id: Option<BlockId>) -> bool {
+        id.is_some_and(|id| self.blocks.get(id).is_idle())
+    }
+
+    /// Finds an unmapped range (possibly preceded by a free mapped block) with room for `size`
+    /// bytes on `stream`, or reserves a new expandable segment (PyTorch's
+    /// `find_expandable_block`).
+    fn find_expandable_block(
+        &mut self,
+        stream: StreamId,
+        small: bool,
+        size: usize,
+    ) -> Result<BlockId> {
+        let pool = if small { &self.small } else { &self.large };
+        let lower = AddrKey {
+            stream,
+            ptr: 0,
+            id: BlockId(0),
+        };
+        for key in pool.unmapped.range(lower..) {
+            if key.stream != stream {
+                break;
+            }
+            let mut c = key.id;
+            let prev = self.blocks.get(c).prev;
+            if self.allocatable(prev) {
+                c = prev.expect("allocatable implies some");
+            }
+            // Does [c, ...) hold `size` bytes of idle blocks?
+            let mut bytes = 0;
+            let mut cur = Some(c);
+            while bytes < size && self.allocatable(cur) {
+                let b = self.blocks.get(cur.expect("allocatable implies some"));
+                bytes += b.size;
+                cur = b.next;
+            }
+            if bytes >= size {
+                return Ok(c);
+            }
+        }
+        let page = if small { SMALL_BUFFER } else { LARGE_BUFFER };
+        let address_space = self.device_total + self.device_total / 8;
+        let pages = address_space.div_ceil(page).max(1);
+        let base = self.device.reserve_address_range(pages * page)?;
+        let segment = ExpandableSegment {
+            base,
+            page,
+            mapped: vec![false; pages],
+        };
+        let index = self.expandable_segments.len() as u32;
+        let mut block = Block::new(base, segment.size(), stream, small);
+        block.mapped = false;
+        block.expandable = Some(index);
+        self.expandable_segments.push(Some(segment));
+        let id = self.blocks.insert(block);
+        let key = AddrKey::of(id, self.blocks.get(id));
+        self.pool_mut(small).unmapped.insert(key);
+        Ok(id)
+    }
+
+    /// Maps `size` bytes at the start of the unmapped block `id`, merging with free mapped
+    /// neighbours (PyTorch's `map_block`). Returns the block id now holding the mapped range,
+    /// or `None` when the device is out of memory.
+    fn map_block(&mut self, id: BlockId, size: usize) -> Result<Option<BlockId>> {
+        let (ptr, block_size, stream, small, seg) = {
+            let b = self.blocks.get(id);
+            debug_assert!(!b.mapped && size <= b.size);
+            (
+                b.ptr,
+                b.size,
+                b.stream,
+                b.small,
+                b.expandable.expect("expandable block"),
+            )
+        };
+        let segment = self.expandable_segments[seg as usize]
+            .as_mut()
+            .expect("live expandable segment");
+        let (mapped_ptr, mapped_size) = segment.map(&self.device, ptr, size)?;
+        if mapped_size == 0 {
+            return Ok(None);
+        }
+        debug_assert_eq!(mapped_ptr, ptr);
+        let key = AddrKey {
+            stream,
+            ptr,
+            id,
+        };
+        self.pool_mut(small).unmapped.remove(&key);
+        self.blocks.get_mut(id).mapped = true;
+        if mapped_size < block_size {
+            // to_map -> remaining (unmapped) -> next
+            let next = self.blocks.get(id).next;
+            let mut remaining = Block::new(
+                ptr + mapped_size as u64,
+                block_size - mapped_size,
+                stream,
+                small,
+            );
+            remaining.mapped = false;
+            remaining.expandable = Some(seg);
+            remaining.prev = Some(id);
+            remaining.next = next;
+            let rid = self.blocks.insert(remaining);
+            if let Some(n) = next {
+                self.blocks.get_mut(n).prev = Some(rid);
+            }
+            let b = self.blocks.get_mut(id);
+            b.next = Some(rid);
+            b.size = mapped_size;
+            let rkey = AddrKey::of(rid, self.blocks.get(rid));
+            self.pool_mut(small).unmapped.insert(rkey);
+        }
+        let prev = self.blocks.get(id).prev;
+        self.try_merge_blocks(id, prev);
+        let next = self.blocks.get(id).next;
+        self.try_merge_blocks(id, next);
+        let pool = if small {
+            &mut self.small
+        } else {
+            &mut self.large
+        };
+        pool.insert_into_blocks(id, self.blocks.get_mut(id));
+        self.total_allocated_memory += mapped_size;
+        for t in Self::stat_types(small) {
+            self.stats.reserved_bytes[t].increase(mapped_size as u64);
+        }
+        self.stats.num_device_alloc += 1;
+        self.history
+            .record(TraceAction::SegmentMap, mapped_ptr, mapped_size as u64, stream);
+        Ok(Some(id))
+    }
+
+    /// Maps enough pages for a request of `p.size` bytes and returns the free mapped block that
+    /// holds them, removed from its pool (PyTorch's `try_allocate_expandable_block`).
+    pub(crate) fn try_allocate_expandable_block(&mut self, p: &Params) -> Result<Option<BlockId>> {
+        let mut candidate = self.find_expandable_block(p.stream, p.small, p.size)?;
+        if !self.blocks.get(candidate).mapped {
+            let size = self.blocks.get(candidate).size.min(p.size);
+            match self.map_block(candidate, size)? {
+                Some(id) => candidate = id,
+                None => return Ok(None),
+            }
+        }
+        while self.blocks.get(candidate).size < p.size {
+            // candidate (free, mapped) -> unmapped -> ...: map more of the unmapped successor.
+            let remaining = p.size - self.blocks.get(candidate).size;
+            let next = self
+                .blocks
+                .get(candidate)
+                .next
+                .expect("an unmapped successor with room was found");
+            let size = remaining.min(self.blocks.get(next).size);
+            match self.map_block(next, size)? {
+                Some(id) => candidate = id,
+                None => return Ok(None),
+            }
+        }
+        let key = SizeKey::of(candidate, self.blocks.get(candidate));
+        let removed = self.pool_mut(p.small).blocks.remove(&key);
+        debug_assert!(removed);
+        Ok(Some(candidate))
+    }
+
+    /// Unmaps the whole pages of a free mapped expandable block (PyTorch's `unmap_block`).
+    /// Partial pages at either end stay mapped as new free blocks. Returns the id of the block
+    /// holding the unmapped range (or `id` unchanged when no whole page was inside).
+    pub(crate) fn unmap_block(&mut self, id: BlockId) -> Result<BlockId> {
+        let (ptr, size, stream, small, seg, prev, next) = {
+            let b = self.blocks.get(id);
+            (
+                b.ptr,
+                b.size,
+                b.stream,
+                b.small,
+                b.expandable.expect("expandable block"),
+                b.prev,
+                b.next,
+            )
+        };
+        let segment = self.expandable_segments[seg as usize]
+            .as_mut()
+            .expect("live expandable segment");
+        let (uptr, usize_) = segment.unmap(&self.device, ptr, size)?;
+        if usize_ == 0 {
+            return Ok(id);
+        }
+        let key = SizeKey {
+            stream,
+            size,
+            ptr,
+            id,
+        };
+        self.pool_mut(small).blocks.remove(&key);
+        let before = (uptr - ptr) as usize;
+        let mut new_prev = prev;
+        if before > 0 {
+            // prev -> before_free -> block
+            let mut bf = Block::new(ptr, before, stream, small);
+            bf.expandable = Some(seg);
+            bf.prev = prev;
+            bf.next = Some(id);
+            let bid = self.blocks.insert(bf);
+            if let Some(p) = prev {
+                self.blocks.get_mut(p).next = Some(bid);
+            }
+            let pool = if small {
+                &mut self.small
+            } else {
+                &mut self.large
+            };
+            pool.insert_into_blocks(bid, self.blocks.get_mut(bid));
+            new_prev = Some(bid);
+        }
+        let after = size - before - usize_;
+        let mut new_next = next;
+        if after > 0 {
+            // block -> after_free -> next
+            let mut af = Block::new(uptr + usize_ as u64, after, stream, small);
+            af.expandable = Some(seg);
+            af.prev = Some(id);
+            af.next = next;
+            let aid = self.blocks.insert(af);
+            if let Some(n) = next {
+                self.blocks.get_mut(n).prev = Some(aid);
+            }
+            let pool = if small {
+                &mut self.small
+            } else {
+                &mut self.large
+            };
+            pool.insert_into_blocks(aid, self.blocks.get_mut(aid));
+            new_next = Some(aid);
+        }
+        {
+            let b = self.blocks.get_mut(id);
+            b.ptr = uptr;
+            b.size = usize_;
+            b.mapped = false;
+            b.prev = new_prev;
+            b.next = new_next;
+        }
+        let prev = self.blocks.get(id).prev;
+        self.try_merge_blocks(id, prev);
+        let next = self.blocks.get(id).next;
+        self.try_merge_blocks(id, next);
+        let key = AddrKey::of(id, self.blocks.get(id));
+        self.pool_mut(small).unmapped.insert(key);
+        self.total_allocated_memory -= usize_;
+        for t in Self::stat_types(small) {
+            self.stats.reserved_bytes[t].decrease(usize_ as u64);
+        }
+        self.stats.num_device_free += 1;
+        self.history
+            .record(TraceAction::SegmentUnmap, uptr, usize_ as u64, stream);
+        Ok(id)
+    }
+
+    /// Releases the address range of an expandable segment whose only block is `id`, wholly
+    /// unmapped (PyTorch's `release_expandable_segment`).
+    pub(crate) fn release_expandable_segment(&mut self, id: BlockId) -> Result<()> {
+        let b = self.blocks.get(id);
+        let seg = b.expandable.expect("expandable block");
+        let key = AddrKey::of(id, b);
+        let small = b.small;
+        let segment = self.expandable_segments[seg as usize]
+            .take()
+            .expect("live expandable segment");
+        debug_assert_eq!(b.size, segment.size());
+        self.pool_mut(small).unmapped.remove(&key);
+        self.blocks.remove(id);
+        self.device
+            .release_address_range(segment.base, segment.size())?;
+        Ok(())
+    }
+}

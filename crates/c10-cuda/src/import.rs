@@ -1,0 +1,108 @@
+//! Importing segments that existed before a replay began (rebuilding a recorded start state).
+
+use crate::allocator::DeviceCachingAllocator;
+use crate::block::{Block, BlockId};
+use crate::device::{DeviceMemory, DevicePtr, StreamId};
+use crate::error::Result;
+use crate::history::TraceAction;
+
+/// One block of a segment to import, in address order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImportBlock {
+    /// Bytes of the block (a multiple of 512).
+    pub size: usize,
+    /// Bytes requested by its allocation (for allocated blocks).
+    pub requested: usize,
+    /// Whether the block is allocated (live) or free (cached).
+    pub allocated: bool,
+}
+
+impl<D: DeviceMemory> DeviceCachingAllocator<D> {
+    /// Creates a segment made of `blocks` (in address order) as if it had been allocated and
+    /// split earlier: one device malloc of the blocks' total size, allocated blocks live (free
+    /// them with [`Self::free`] at their addresses), free blocks cached in their pool (adjacent
+    /// free blocks are merged, as the allocator would have). Stats count it all. Used by trace
+    /// replay to rebuild a snapshot's start state; `small` picks the pool.
+    ///
+    /// Returns the segment's base address; block `i` starts at base + the sizes before it.
+    ///
+    /// # Errors
+    /// [`crate::Error::Device`] when the device refuses the segment (out of memory included).
+    pub fn import_segment(
+        &mut self,
+        stream: StreamId,
+        small: bool,
+        blocks: &[ImportBlock],
+    ) -> Result<DevicePtr> {
+        let total: usize = blocks.iter().map(|b| b.size).sum();
+        let base = self.device.malloc(total)?;
+        self.total_allocated_memory += total;
+        let types = Self::stat_types(small);
+        for t in types {
+            self.stats.segment[t].increase(1);
+            self.stats.reserved_bytes[t].increase(total as u64);
+        }
+        let max_split = self.config.max_split_size_or_max();
+        if total >= max_split {
+            self.stats.oversize_segments.increase(1);
+        }
+        self.stats.num_device_alloc += 1;
+        self.history
+            .record(TraceAction::SegmentAlloc, base, total as u64, stream);
+
+        // Merge runs of free blocks first.
+        let mut merged: Vec<ImportBlock> = Vec::with_capacity(blocks.len());
+        for b in blocks {
+            match merged.last_mut() {
+                Some(last) if !last.allocated && !b.allocated => last.size += b.size,
+                _ => merged.push(*b),
+            }
+        }
+        let split = merged.len() > 1;
+        let mut ptr = base;
+        let mut prev: Option<BlockId> = None;
+        let mut free_ids = Vec::new();
+        for b in &merged {
+            let mut block = Block::new(ptr, b.size, stream, small);
+            block.prev = prev;
+            block.allocated = b.allocated;
+            block.requested_size = b.requested;
+            let id = self.blocks.insert(block);
+            if let Some(p) = prev {
+                self.blocks.get_mut(p).next = Some(id);
+            }
+            if b.allocated {
+                self.allocated.insert(ptr, id);
+                for t in types {
+                    self.stats.allocation[t].increase(1);
+                    self.stats.allocated_bytes[t].increase(b.size as u64);
+                    self.stats.active[t].increase(1);
+                    self.stats.active_bytes[t].increase(b.size as u64);
+                    self.stats.requested_bytes[t].increase(b.requested as u64);
+                }
+                if b.size >= max_split {
+                    self.stats.oversize_allocations.increase(1);
+                }
+            } else {
+                free_ids.push(id);
+                if split {
+                    for t in types {
+                        self.stats.inactive_split[t].increase(1);
+                        self.stats.inactive_split_bytes[t].increase(b.size as u64);
+                    }
+                }
+            }
+            ptr += b.size as u64;
+            prev = Some(id);
+        }
+        for id in free_ids {
+            let pool = if small {
+                &mut self.small
+            } else {
+                &mut self.large
+            };
+            pool.insert_into_blocks(id, self.blocks.get_mut(id));
+        }
+        Ok(base)
+    }
+}

@@ -1,0 +1,225 @@
+//! Returning memory: stream events, empty_cache, oversize release and garbage collection.
+//!
+//! PyTorch's `process_events`, `synchronize_and_free_events`, `release_block`,
+//! `release_blocks`, `release_cached_blocks`, `release_available_cached_blocks` and
+//! `garbage_collect_cached_blocks`, as `impl` blocks of [`DeviceCachingAllocator`].
+
+use crate::allocator::{DeviceCachingAllocator, Params};
+use crate::block::{BlockId, SizeKey};
+use crate::device::DeviceMemory;
+use crate::error::Result;
+use crate::history::TraceAction;
+
+impl<D: DeviceMemory> DeviceCachingAllocator<D> {
+    /// Releases every cached block that is a whole segment back to the device, after waiting
+    /// for all outstanding stream events (PyTorch's `emptyCache`). Expandable segments unmap
+    /// their wholly free pages. Segments with a live block stay: that is "reserved but
+    /// unallocated" memory.
+    ///
+    /// # Errors
+    /// [`crate::Error::Device`] when synchronizing or freeing fails.
+    pub fn empty_cache(&mut self) -> Result<()> {
+        self.release_cached_blocks().map(drop)
+    }
+
+    /// Frees blocks whose stream events have completed, per stream in FIFO order, stopping at
+    /// the first incomplete event of each stream (PyTorch's `process_events`).
+    pub(crate) fn process_events(&mut self) -> Result<()> {
+        if self.events.is_empty() {
+            return Ok(());
+        }
+        let streams: Vec<_> = self.events.keys().copied().collect();
+        for stream in streams {
+            loop {
+                let Some(&(event, id)) = self.events.get(&stream).and_then(|q| q.front()) else {
+                    break;
+                };
+                if !self.device.query_event(event)? {
+                    break;
+                }
+                self.events.get_mut(&stream).map(|q| q.pop_front());
+                self.device.destroy_event(event);
+                self.complete_event(id);
+            }
+            if self.events.get(&stream).is_some_and(|q| q.is_empty()) {
+                self.events.remove(&stream);
+            }
+        }
+        Ok(())
+    }
+
+    fn complete_event(&mut self, id: BlockId) {
+        let b = self.blocks.get_mut(id);
+        b.event_count -= 1;
+        if b.event_count == 0 {
+            self.free_block(id);
+        }
+    }
+
+    /// Waits for every outstanding event and frees the blocks they held
+    /// (PyTorch's `synchronize_and_free_events`; counts `num_sync_all_streams`).
+    pub(crate) fn synchronize_and_free_events(&mut self) -> Result<()> {
+        self.stats.num_sync_all_streams += 1;
+        let events = std::mem::take(&mut self.events);
+        for (_, queue) in events {
+            for (event, id) in queue {
+                self.device.synchronize_event(event)?;
+                self.device.destroy_event(event);
+                self.complete_event(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// `cudaFree`s a free block that is a whole segment (PyTorch's `release_block`).
+    /// Returns false (and does nothing) for a block that is part of a split segment.
+    pub(crate) fn release_block(&mut self, id: BlockId) -> Result<bool> {
+        let b = self.blocks.get(id);
+        debug_assert!(b.expandable.is_none() && b.is_idle());
+        if b.is_split() {
+            return Ok(false);
+        }
+        let (ptr, size, stream, small) = (b.ptr, b.size, b.stream, b.small);
+        self.stats.num_device_free += 1;
+        self.history
+            .record(TraceAction::SegmentFree, ptr, size as u64, stream);
+        self.device.free(ptr, size)?;
+        self.total_allocated_memory -= size;
+        for t in Self::stat_types(small) {
+            self.stats.segment[t].decrease(1);
+            self.stats.reserved_bytes[t].decrease(size as u64);
+        }
+        if size >= self.config.max_split_size_or_max() {
+            self.stats.oversize_segments.decrease(1);
+        }
+        let key = SizeKey {
+            stream,
+            size,
+            ptr,
+            id,
+        };
+        self.pool_mut(small).blocks.remove(&key);
+        self.blocks.remove(id);
+        Ok(true)
+    }
+
+    /// Frees every whole-segment free block of a pool and unmaps the free pages of expandable
+    /// segments (PyTorch's `release_blocks`).
+    fn release_blocks(&mut self, small: bool) -> Result<()> {
+        let keys: Vec<SizeKey> = self.pool_mut(small).blocks.iter().copied().collect();
+        let mut to_unmap = Vec::new();
+        for key in keys {
+            let b = self.blocks.get(key.id);
+            if b.expandable.is_some() {
+                to_unmap.push(key.id);
+            } else if !b.is_split() {
+                self.release_block(key.id)?;
+            }
+        }
+        for id in to_unmap {
+            let id = self.unmap_block(id)?;
+            let b = self.blocks.get(id);
+            if !b.mapped && !b.is_split() {
+                self.release_expandable_segment(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Synchronizes all events, then releases every cached whole segment of both pools
+    /// (PyTorch's `release_cached_blocks`).
+    pub(crate) fn release_cached_blocks(&mut self) -> Result<bool> {
+        self.synchronize_and_free_events()?;
+        self.release_blocks(false)?;
+        self.release_blocks(true)?;
+        Ok(true)
+    }
+
+    /// With `max_split_size` set: frees the smallest oversize cached block that covers the
+    /// request, or else the largest oversize blocks until enough is freed
+    /// (PyTorch's `release_available_cached_blocks`). Skips expandable blocks
+    /// (pytorch#123548).
+    pub(crate) fn release_available_cached_blocks(&mut self, p: &Params) -> Result<bool> {
+        let max_split = self.config.max_split_size_or_max();
+        if max_split == usize::MAX {
+            return Ok(false);
+        }
+        let key_size = p.size.max(max_split);
+        let lower = SizeKey::lower(p.stream, key_size);
+        let pool = if p.small { &self.small } else { &self.large };
+        let hit = pool.blocks.range(lower..).next().copied();
+        match hit {
+            Some(k) if k.stream == p.stream && self.blocks.get(k.id).expandable.is_none() => {
+                self.release_block(k.id)
+            }
+            _ => {
+                // No single block is large enough: free oversize blocks from the largest down.
+                let candidates: Vec<SizeKey> = pool
+                    .blocks
+                    .range(..lower)
+                    .rev()
+                    .take_while(|k| k.size >= max_split && k.stream == p.stream)
+                    .copied()
+                    .collect();
+                let mut released = 0usize;
+                for k in candidates {
+                    if released >= key_size {
+                        break;
+                    }
+                    if self.blocks.get(k.id).expandable.is_none() && self.release_block(k.id)? {
+                        released += k.size;
+                    }
+                }
+                Ok(released >= key_size)
+            }
+        }
+    }
+
+    /// Age-based release of cached large-pool segments when reserved memory exceeds
+    /// `garbage_collection_threshold * allowed` (PyTorch's `garbage_collect_cached_blocks`).
+    /// Only called with a memory fraction set; does not synchronize.
+    pub(crate) fn garbage_collect_cached_blocks(&mut self) -> Result<()> {
+        let Some(allowed) = self.allowed_memory_maximum else {
+            return Ok(());
+        };
+        let threshold = (self.config.garbage_collection_threshold * allowed as f64) as usize;
+        if self.total_allocated_memory <= threshold {
+            return Ok(());
+        }
+        let target = self.total_allocated_memory - threshold;
+        let now = self.large.get_free_blocks_call_count;
+        let age = |b: &crate::block::Block| now - b.gc_count_base;
+        let mut total_age: u64 = 0;
+        let mut freeable: u64 = 0;
+        for k in &self.large.blocks {
+            let b = self.blocks.get(k.id);
+            if !b.is_split() {
+                total_age += age(b);
+                freeable += 1;
+            }
+        }
+        if freeable == 0 {
+            return Ok(());
+        }
+        let mut reclaimed = 0usize;
+        let mut block_freed = true;
+        while reclaimed < target && block_freed && freeable > 0 {
+            let age_threshold = total_age as f64 / freeable as f64;
+            block_freed = false;
+            let keys: Vec<SizeKey> = self.large.blocks.iter().copied().collect();
+            for k in keys {
+                let b = self.blocks.get(k.id);
+                if !b.is_split() && b.expandable.is_none() && age(b) as f64 >= age_threshold {
+                    let a = age(b);
+                    if self.release_block(k.id)? {
+                        block_freed = true;
+                        reclaimed += k.size;
+                        total_age -= a;
+                        freeable -= 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
