@@ -91,6 +91,27 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A device allocator ran out of memory and explained why: the message carries its
+    /// figures (e.g. the CUDA caching allocator's `CUDA out of memory. Tried to allocate ...`).
+    #[error("{message}")]
+    DeviceOutOfMemory {
+        /// The number of bytes asked for.
+        requested: usize,
+        /// The device whose memory ran out.
+        device: Device,
+        /// The allocator's full message.
+        message: String,
+    },
+
+    /// A device allocator failed for a reason other than memory (a driver error, a bad pointer).
+    #[error("allocator for {device} failed: {message}")]
+    AllocatorFailure {
+        /// The device whose allocator failed.
+        device: Device,
+        /// What went wrong.
+        message: String,
+    },
+
     /// A scalar type name (`"float32"`) could not be parsed.
     #[error(
         "invalid scalar type {input:?}: expected a torch dtype name such as float32, int64, bool"

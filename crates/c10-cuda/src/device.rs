@@ -86,6 +86,12 @@ pub trait DeviceMemory: Send + Sync {
     /// The device index (`cudaGetDevice`), as in `cuda:N`.
     fn index(&self) -> u8;
 
+    /// The c10 device type of this memory: [`c10_core::DeviceType::Cuda`] for a real GPU (the
+    /// default), [`c10_core::DeviceType::Sim`] for the simulated device.
+    fn device_type(&self) -> c10_core::DeviceType {
+        c10_core::DeviceType::Cuda
+    }
+
     /// Free and total bytes (`cudaMemGetInfo`).
     ///
     /// # Errors

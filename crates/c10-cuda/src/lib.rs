@@ -8,9 +8,11 @@ pub mod cuda;
 pub mod device;
 pub mod error;
 mod expandable;
+pub mod front;
 pub mod history;
 mod host_memory;
 pub mod import;
+mod invariants;
 pub mod oom;
 mod release;
 pub mod sim;
@@ -21,3 +23,5 @@ pub mod summary;
 
 pub use allocator::{Allocation, CacheInfo, DeviceCachingAllocator};
 pub use error::{Error, Result};
+pub use front::{CachingAllocator, DeviceAllocator, FreeMemoryCallback};
+pub use sim::{SimDevice, SimMode};

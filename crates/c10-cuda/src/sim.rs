@@ -329,6 +329,10 @@ impl DeviceMemory for SimDevice {
         self.index
     }
 
+    fn device_type(&self) -> c10_core::DeviceType {
+        c10_core::DeviceType::Sim
+    }
+
     fn mem_get_info(&self) -> Result<MemInfo, DeviceError> {
         let s = self.state.lock();
         Ok(MemInfo {

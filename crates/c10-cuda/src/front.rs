@@ -1,0 +1,380 @@
+//! The multi-device front (PyTorch's `NativeCachingAllocator` / THCCachingAllocator role):
+//! one [`DeviceCachingAllocator`] per device behind a mutex, a pointer-to-device map,
+//! free-memory callbacks, and c10-core's [`Allocator`] whose `DataPtr` deleter returns the block.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use c10_core::{Allocator, DataPtr, Device, DeviceType};
+use parking_lot::{Mutex, RwLock};
+use rustc_hash::FxBuildHasher;
+
+use crate::allocator::{CacheInfo, DeviceCachingAllocator};
+use crate::config::AllocatorConfig;
+use crate::device::{DeviceMemory, DevicePtr, StreamId};
+use crate::error::{Error, Result};
+use crate::history::Clock;
+use crate::snapshot::DeviceSnapshot;
+use crate::stats::DeviceStats;
+
+/// A function the allocator may call to free memory before it asks the device for more
+/// (PyTorch's `FreeMemoryCallback` registry). Returns whether it freed anything. It runs
+/// without any allocator lock held, so it may free blocks (for example by evicting tensors).
+pub type FreeMemoryCallback = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Shards of the pointer-to-device map (PyTorch shards its `allocated_blocks` the same way).
+const SHARDS: usize = 16;
+
+/// The caching allocator for several devices of one backend. Thread safe: each device has its
+/// own lock, and the pointer map is sharded.
+pub struct CachingAllocator<D: DeviceMemory> {
+    devices: Vec<Mutex<DeviceCachingAllocator<D>>>,
+    owners: [Mutex<HashMap<DevicePtr, u8, FxBuildHasher>>; SHARDS],
+    callbacks: RwLock<Vec<FreeMemoryCallback>>,
+}
+
+impl<D: DeviceMemory> CachingAllocator<D> {
+    /// One allocator per device in `devices` (device `i` must report index `i`), all with
+    /// `config`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDevice`] when a device's index does not match its position;
+    /// [`Error::Device`] when a device cannot report its memory.
+    pub fn new(devices: Vec<D>, config: AllocatorConfig) -> Result<Self> {
+        let count = devices.len();
+        let mut out = Vec::with_capacity(count);
+        for (i, d) in devices.into_iter().enumerate() {
+            if d.index() as usize != i {
+                return Err(Error::InvalidDevice {
+                    device: d.index(),
+                    count,
+                });
+            }
+            out.push(Mutex::new(DeviceCachingAllocator::new(d, config.clone())?));
+        }
+        Ok(CachingAllocator {
+            devices: out,
+            owners: std::array::from_fn(|_| Mutex::new(HashMap::default())),
+            callbacks: RwLock::new(Vec::new()),
+        })
+    }
+
+    /// Number of devices.
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn dev(&self, device: u8) -> Result<&Mutex<DeviceCachingAllocator<D>>> {
+        self.devices.get(device as usize).ok_or(Error::InvalidDevice {
+            device,
+            count: self.devices.len(),
+        })
+    }
+
+    fn shard(&self, ptr: DevicePtr) -> &Mutex<HashMap<DevicePtr, u8, FxBuildHasher>> {
+        // Blocks are 512-byte aligned: drop the low bits before picking a shard.
+        &self.owners[((ptr >> 9) as usize) % SHARDS]
+    }
+
+    /// Runs `f` on one device's allocator under its lock (for anything not wrapped here).
+    ///
+    /// # Errors
+    /// [`Error::InvalidDevice`] for an unknown device.
+    pub fn with_device<R>(
+        &self,
+        device: u8,
+        f: impl FnOnce(&mut DeviceCachingAllocator<D>) -> R,
+    ) -> Result<R> {
+        Ok(f(&mut self.dev(device)?.lock()))
+    }
+
+    /// Registers a free-memory callback (PyTorch's `REGISTER_FREE_MEMORY_CALLBACK`). Callbacks
+    /// run, in registration order, after a cache miss and before the device is asked for a new
+    /// segment; if any returns true the cache is searched again.
+    pub fn register_free_memory_callback(&self, callback: FreeMemoryCallback) {
+        self.callbacks.write().push(callback);
+    }
+
+    /// Allocates `size` bytes on `device` for the default stream (PyTorch's `raw_alloc`).
+    /// Zero bytes give the null address 0.
+    ///
+    /// # Errors
+    /// As [`CachingAllocator::raw_alloc_with_stream`].
+    pub fn raw_alloc(&self, device: u8, size: usize) -> Result<DevicePtr> {
+        self.raw_alloc_with_stream(device, size, StreamId::DEFAULT)
+    }
+
+    /// Allocates `size` bytes on `device` for use on `stream` (PyTorch's
+    /// `raw_alloc_with_stream`). Zero bytes give the null address 0.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the device is full even after the callbacks and the release
+    /// chain; [`Error::InvalidDevice`]; [`Error::Device`].
+    pub fn raw_alloc_with_stream(
+        &self,
+        device: u8,
+        size: usize,
+        stream: StreamId,
+    ) -> Result<DevicePtr> {
+        if size == 0 {
+            return Ok(0);
+        }
+        let dev = self.dev(device)?;
+        let allocation = {
+            let mut guard = dev.lock();
+            match guard.try_malloc_cached(size, stream)? {
+                Some(a) => a,
+                None => {
+                    let callbacks = self.callbacks.read().clone();
+                    if callbacks.is_empty() {
+                        guard.malloc_uncached(size, stream, false)?
+                    } else {
+                        // Callbacks may free blocks (and so take this lock): run them unlocked.
+                        drop(guard);
+                        let mut freed = false;
+                        for cb in &callbacks {
+                            freed |= cb();
+                        }
+                        dev.lock().malloc_uncached(size, stream, freed)?
+                    }
+                }
+            }
+        };
+        self.shard(allocation.ptr).lock().insert(allocation.ptr, device);
+        Ok(allocation.ptr)
+    }
+
+    /// Frees a pointer from [`CachingAllocator::raw_alloc`] (PyTorch's `raw_delete`). The null
+    /// address is ignored.
+    ///
+    /// # Errors
+    /// [`Error::InvalidPointer`] when `ptr` is not live (freed twice, or never allocated here).
+    pub fn raw_delete(&self, ptr: DevicePtr) -> Result<()> {
+        if ptr == 0 {
+            return Ok(());
+        }
+        let Some(device) = self.shard(ptr).lock().remove(&ptr) else {
+            return Err(Error::InvalidPointer { ptr, device: 0 });
+        };
+        self.dev(device)?.lock().free(ptr)
+    }
+
+    fn owner(&self, ptr: DevicePtr) -> Result<u8> {
+        self.shard(ptr)
+            .lock()
+            .get(&ptr)
+            .copied()
+            .ok_or(Error::InvalidPointer { ptr, device: 0 })
+    }
+
+    /// Marks `ptr`'s block as used on `stream` (PyTorch's `recordStream`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidPointer`] when `ptr` is not live.
+    pub fn record_stream(&self, ptr: DevicePtr, stream: StreamId) -> Result<()> {
+        let device = self.owner(ptr)?;
+        self.dev(device)?.lock().record_stream(ptr, stream)
+    }
+
+    /// The segment holding `ptr`: `(base address, segment bytes)` (PyTorch's
+    /// `getBaseAllocation`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidPointer`] when `ptr` is not live.
+    pub fn get_base_allocation(&self, ptr: DevicePtr) -> Result<(DevicePtr, usize)> {
+        let device = self.owner(ptr)?;
+        self.dev(device)?.lock().get_base_allocation(ptr)
+    }
+
+    /// Cached bytes and the largest cached block of `device` (PyTorch's `cacheInfo`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidDevice`].
+    pub fn cache_info(&self, device: u8) -> Result<CacheInfo> {
+        Ok(self.dev(device)?.lock().cache_info())
+    }
+
+    /// A copy of `device`'s statistics (PyTorch's `getDeviceStats`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidDevice`].
+    pub fn device_stats(&self, device: u8) -> Result<DeviceStats> {
+        Ok(self.dev(device)?.lock().stats().clone())
+    }
+
+    /// `torch.cuda.memory_stats(device)`: PyTorch's 122 keys.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDevice`].
+    pub fn memory_stats(&self, device: u8) -> Result<BTreeMap<String, i64>> {
+        Ok(self.device_stats(device)?.memory_stats())
+    }
+
+    /// `torch.cuda.memory_summary(device, abbreviated)`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDevice`].
+    pub fn memory_summary(&self, device: u8, abbreviated: bool) -> Result<String> {
+        let stats = self.device_stats(device)?;
+        Ok(crate::summary::memory_summary(device, &stats, abbreviated))
+    }
+
+    /// `torch.cuda.reset_peak_memory_stats(device)`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDevice`].
+    pub fn reset_peak_stats(&self, device: u8) -> Result<()> {
+        self.dev(device)?.lock().reset_peak_stats();
+        Ok(())
+    }
+
+    /// `torch.cuda.reset_accumulated_memory_stats(device)`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDevice`].
+    pub fn reset_accumulated_stats(&self, device: u8) -> Result<()> {
+        self.dev(device)?.lock().reset_accumulated_stats();
+        Ok(())
+    }
+
+    /// Limits `device` to `fraction` of its memory
+    /// (`torch.cuda.set_per_process_memory_fraction`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidFraction`], [`Error::InvalidDevice`], [`Error::Device`].
+    pub fn set_memory_fraction(&self, device: u8, fraction: f64) -> Result<()> {
+        self.dev(device)?.lock().set_memory_fraction(fraction)
+    }
+
+    /// Releases every device's cached whole segments (`torch.cuda.empty_cache()`).
+    ///
+    /// # Errors
+    /// [`Error::Device`] from the first device that fails.
+    pub fn empty_cache(&self) -> Result<()> {
+        for d in &self.devices {
+            d.lock().empty_cache()?;
+        }
+        Ok(())
+    }
+
+    /// Starts memory history on every device with room for `max_entries` entries each
+    /// (`torch.cuda.memory._record_memory_history(max_entries=...)`); 0 stops it.
+    pub fn record_history(&self, max_entries: usize, clock: Clock) {
+        for d in &self.devices {
+            d.lock().record_history(max_entries, clock);
+        }
+    }
+
+    /// Every device's segments and history (`torch.cuda.memory._snapshot()`).
+    pub fn snapshot(&self) -> Vec<DeviceSnapshot> {
+        self.devices.iter().map(|d| d.lock().snapshot()).collect()
+    }
+
+    /// A c10-core [`Allocator`] for `device` whose `DataPtr`s return their block to this
+    /// allocator when dropped (PyTorch's `CUDACachingAllocator::allocate`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidDevice`] for an unknown device.
+    pub fn allocator(self: &Arc<Self>, device: u8) -> Result<DeviceAllocator<D>>
+    where
+        D: 'static,
+    {
+        let dev = self.dev(device)?;
+        let device_type = dev.lock().device().device_type();
+        Ok(DeviceAllocator {
+            front: Arc::clone(self),
+            device: Device::new(device_type, Some(device)),
+        })
+    }
+}
+
+/// The c10-core [`Allocator`] view of one device of a [`CachingAllocator`].
+pub struct DeviceAllocator<D: DeviceMemory> {
+    front: Arc<CachingAllocator<D>>,
+    device: Device,
+}
+
+impl<D: DeviceMemory> Clone for DeviceAllocator<D> {
+    fn clone(&self) -> Self {
+        DeviceAllocator {
+            front: Arc::clone(&self.front),
+            device: self.device,
+        }
+    }
+}
+
+impl<D: DeviceMemory> DeviceAllocator<D> {
+    /// The front this allocator hands blocks out of.
+    pub fn front(&self) -> &Arc<CachingAllocator<D>> {
+        &self.front
+    }
+
+    /// The device served.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+}
+
+/// What a caching-allocator `DataPtr` owns: the front and the block address.
+struct BlockContext<D: DeviceMemory> {
+    front: Arc<CachingAllocator<D>>,
+    ptr: DevicePtr,
+}
+
+/// The `DataPtr` deleter: returns the block to the caching allocator.
+///
+/// # Safety
+/// `ctx` must be a pointer from `Box::into_raw(Box<BlockContext<D>>)`, passed exactly once.
+unsafe fn delete_block<D: DeviceMemory>(ctx: *mut c_void) {
+    // SAFETY: guaranteed by the caller: `ctx` came from `Box::into_raw` in `allocate` with the
+    // same `D`, and DataPtr runs its deleter exactly once.
+    let ctx = unsafe { Box::from_raw(ctx.cast::<BlockContext<D>>()) };
+    // A deleter cannot report errors; a failure here means a double free elsewhere, which the
+    // front's pointer map already refused without touching allocator state.
+    let _ = ctx.front.raw_delete(ctx.ptr);
+}
+
+// SAFETY: every DataPtr from `allocate` is on `self.device` (whose type is the device
+// backend's type); for nbytes > 0 it points at a live block of at least nbytes bytes that the
+// caching allocator hands to no one else until the deleter returns it; the context is a boxed
+// BlockContext freed exactly once by `delete_block`. Host byte access (c10-core's
+// `try_bytes_mut`) is only ever granted for DeviceType::Cpu, which this allocator never is.
+unsafe impl<D: DeviceMemory + 'static> Allocator for DeviceAllocator<D> {
+    fn allocate(&self, nbytes: usize) -> c10_core::Result<DataPtr> {
+        if nbytes == 0 {
+            return Ok(DataPtr::null(self.device));
+        }
+        let index = self.device.index().unwrap_or(0);
+        let ptr = self.front.raw_alloc(index, nbytes).map_err(|e| match e {
+            Error::OutOfMemory(oom) => c10_core::Error::DeviceOutOfMemory {
+                requested: nbytes,
+                device: self.device,
+                message: oom.to_string(),
+            },
+            other => c10_core::Error::AllocatorFailure {
+                device: self.device,
+                message: other.to_string(),
+            },
+        })?;
+        let ctx = Box::into_raw(Box::new(BlockContext {
+            front: Arc::clone(&self.front),
+            ptr,
+        }));
+        // SAFETY: `ctx` is a fresh boxed BlockContext<D> and `delete_block::<D>` frees exactly
+        // that type once; `ptr` is a live block of at least `nbytes` bytes on `self.device`
+        // until the deleter returns it.
+        Ok(unsafe {
+            DataPtr::new(
+                ptr as *mut u8,
+                ctx.cast(),
+                Some(delete_block::<D>),
+                self.device,
+            )
+        })
+    }
+
+    fn device_type(&self) -> DeviceType {
+        self.device.device_type()
+    }
+}

@@ -1,0 +1,198 @@
+//! A full consistency check of one allocator's state, for tests and debugging: blocks tile
+//! their segments, pools hold exactly the idle blocks, and every statistic equals a recount.
+
+use crate::allocator::DeviceCachingAllocator;
+use crate::block::{AddrKey, BlockId, SizeKey};
+use crate::device::DeviceMemory;
+use crate::stats::{StatArray, StatType};
+
+/// Recounted `current` values of the stats, by pool.
+#[derive(Default)]
+struct Recount {
+    allocation: [i64; 3],
+    allocated_bytes: [i64; 3],
+    active: [i64; 3],
+    active_bytes: [i64; 3],
+    requested_bytes: [i64; 3],
+    segment: [i64; 3],
+    reserved_bytes: [i64; 3],
+    inactive_split: [i64; 3],
+    inactive_split_bytes: [i64; 3],
+    oversize_allocations: i64,
+    oversize_segments: i64,
+}
+
+impl<D: DeviceMemory> DeviceCachingAllocator<D> {
+    /// Checks every structural invariant and recounts every statistic from the blocks.
+    ///
+    /// Checked: blocks of a segment are contiguous and doubly linked; no two idle neighbours
+    /// with the same mapping state are left unmerged; the pools hold exactly the idle blocks
+    /// under their current keys; the pointer map holds exactly the allocated blocks; reserved
+    /// bytes equal the mapped bytes; each stat's `current` equals the recount and none is
+    /// negative; `peak >= current`.
+    ///
+    /// # Errors
+    /// A description of the first violation found. Costs O(blocks); meant for tests.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let max_split = self.config.max_split_size_or_max();
+        let mut r = Recount::default();
+        let mut mapped_bytes = 0usize;
+        let mut pool_blocks = 0usize;
+        let mut unmapped_blocks = 0usize;
+        let mut allocated = 0usize;
+        for (id, b) in self.blocks.iter() {
+            let pools = [StatType::Aggregate as usize, Self::stat_types(b.small)[1]];
+            if let Some(n) = b.next {
+                let nb = self.blocks.get(n);
+                if nb.prev != Some(id) {
+                    return Err(format!("block {:#x}: next's prev link is broken", b.ptr));
+                }
+                if b.ptr + b.size as u64 != nb.ptr {
+                    return Err(format!(
+                        "block {:#x}+{} is not followed contiguously by {:#x}",
+                        b.ptr, b.size, nb.ptr
+                    ));
+                }
+                if b.is_idle() && nb.is_idle() && b.mapped == nb.mapped {
+                    return Err(format!(
+                        "idle neighbours {:#x} and {:#x} were not merged",
+                        b.ptr, nb.ptr
+                    ));
+                }
+                if nb.small != b.small || nb.stream != b.stream || nb.expandable != b.expandable
+                {
+                    return Err(format!("block {:#x}: neighbour in another pool", b.ptr));
+                }
+            }
+            if let Some(p) = b.prev {
+                if self.blocks.get(p).next != Some(id) {
+                    return Err(format!("block {:#x}: prev's next link is broken", b.ptr));
+                }
+            }
+            if b.size == 0 || b.size % 512 != 0 {
+                return Err(format!("block {:#x} has size {}", b.ptr, b.size));
+            }
+            let pool = if b.small { &self.small } else { &self.large };
+            let in_pool = pool.blocks.contains(&SizeKey::of(id, b));
+            let in_unmapped = pool.unmapped.contains(&AddrKey::of(id, b));
+            let idle = b.is_idle();
+            if b.mapped {
+                mapped_bytes += b.size;
+                for &t in &pools {
+                    r.reserved_bytes[t] += b.size as i64;
+                }
+                if in_pool != idle || in_unmapped {
+                    return Err(format!(
+                        "block {:#x}: idle={idle} but in_pool={in_pool} in_unmapped={in_unmapped}",
+                        b.ptr
+                    ));
+                }
+            } else if !idle || !in_unmapped || in_pool {
+                return Err(format!("unmapped block {:#x} misfiled", b.ptr));
+            }
+            pool_blocks += usize::from(in_pool);
+            unmapped_blocks += usize::from(in_unmapped);
+            if b.allocated {
+                allocated += 1;
+                if self.allocated.get(&b.ptr) != Some(&id) {
+                    return Err(format!("allocated block {:#x} missing from map", b.ptr));
+                }
+                for &t in &pools {
+                    r.allocation[t] += 1;
+                    r.allocated_bytes[t] += b.size as i64;
+                }
+                if b.size >= max_split {
+                    r.oversize_allocations += 1;
+                }
+            }
+            let active = b.allocated || b.event_count > 0 || !b.stream_uses.is_empty();
+            if active {
+                for &t in &pools {
+                    r.active[t] += 1;
+                    r.active_bytes[t] += b.size as i64;
+                    r.requested_bytes[t] += b.requested_size as i64;
+                }
+            }
+            if idle && b.mapped && b.is_split() && b.expandable.is_none() {
+                for &t in &pools {
+                    r.inactive_split[t] += 1;
+                    r.inactive_split_bytes[t] += b.size as i64;
+                }
+            }
+            if b.prev.is_none() && b.expandable.is_none() {
+                let mut size = 0;
+                let mut cur: Option<BlockId> = Some(id);
+                while let Some(c) = cur {
+                    size += self.blocks.get(c).size;
+                    cur = self.blocks.get(c).next;
+                }
+                for &t in &pools {
+                    r.segment[t] += 1;
+                }
+                if size >= max_split {
+                    r.oversize_segments += 1;
+                }
+            }
+        }
+        if pool_blocks != self.small.blocks.len() + self.large.blocks.len() {
+            return Err("a pool holds a key of a block that is not idle or not live".into());
+        }
+        if unmapped_blocks != self.small.unmapped.len() + self.large.unmapped.len() {
+            return Err("an unmapped set holds a stale key".into());
+        }
+        if allocated != self.allocated.len() {
+            return Err("the pointer map holds pointers of blocks that are not allocated".into());
+        }
+        if mapped_bytes != self.total_allocated_memory {
+            return Err(format!(
+                "reserved bytes {} != mapped block bytes {}",
+                self.total_allocated_memory, mapped_bytes
+            ));
+        }
+        let s = &self.stats;
+        let arrays: [(&str, &StatArray, &[i64; 3]); 9] = [
+            ("allocation", &s.allocation, &r.allocation),
+            ("allocated_bytes", &s.allocated_bytes, &r.allocated_bytes),
+            ("active", &s.active, &r.active),
+            ("active_bytes", &s.active_bytes, &r.active_bytes),
+            ("requested_bytes", &s.requested_bytes, &r.requested_bytes),
+            ("segment", &s.segment, &r.segment),
+            ("reserved_bytes", &s.reserved_bytes, &r.reserved_bytes),
+            ("inactive_split", &s.inactive_split, &r.inactive_split),
+            (
+                "inactive_split_bytes",
+                &s.inactive_split_bytes,
+                &r.inactive_split_bytes,
+            ),
+        ];
+        for (name, stat, want) in arrays {
+            for t in StatType::ALL {
+                let st = stat[t as usize];
+                if st.current != want[t as usize] {
+                    return Err(format!(
+                        "{name}.{}.current is {} but the blocks say {}",
+                        t.key(),
+                        st.current,
+                        want[t as usize]
+                    ));
+                }
+                if st.current < 0 || st.peak < st.current {
+                    return Err(format!("{name}.{} has current {} peak {}", t.key(), st.current, st.peak));
+                }
+            }
+        }
+        if s.oversize_allocations.current != r.oversize_allocations {
+            return Err(format!(
+                "oversize_allocations.current is {} but the blocks say {}",
+                s.oversize_allocations.current, r.oversize_allocations
+            ));
+        }
+        if s.oversize_segments.current != r.oversize_segments {
+            return Err(format!(
+                "oversize_segments.current is {} but the blocks say {}",
+                s.oversize_segments.current, r.oversize_segments
+            ));
+        }
+        Ok(())
+    }
+}
