@@ -10,7 +10,11 @@ fn shared_snapshots_and_dtr_logs_are_present() {
         .filter_map(|e| e.ok())
         .filter(|e| e.path().extension().is_some_and(|x| x == "pickle"))
         .collect();
-    assert!(snapshots.len() >= 9, "expected at least 9 snapshot pickles, found {}", snapshots.len());
+    assert!(
+        snapshots.len() >= 9,
+        "expected at least 9 snapshot pickles, found {}",
+        snapshots.len()
+    );
     let logs = std::fs::read_dir(dir.join("dtr-logs"))
         .expect("dtr-logs folder")
         .filter_map(|e| e.ok())

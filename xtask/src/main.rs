@@ -49,7 +49,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("\nxtask {task}: FAILED at step `{}`: {}", failure.step, failure.reason);
+            eprintln!(
+                "\nxtask {task}: FAILED at step `{}`: {}",
+                failure.step, failure.reason
+            );
             ExitCode::FAILURE
         }
     }

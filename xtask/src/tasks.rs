@@ -16,17 +16,37 @@ pub fn ci() -> TaskResult {
     run("fmt", fmt)?;
 
     let mut clippy = cargo();
-    clippy.args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]);
+    clippy.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ]);
     run("clippy", clippy)?;
 
     let mut tests = if tool_available("cargo-nextest", &["nextest", "--version"]) {
         let mut c = cargo();
-        c.args(["nextest", "run", "--workspace", "--locked", "--no-fail-fast"]);
+        c.args([
+            "nextest",
+            "run",
+            "--workspace",
+            "--locked",
+            "--no-fail-fast",
+        ]);
         c
     } else {
         eprintln!("(cargo-nextest not installed: using cargo test)");
         let mut c = cargo();
-        c.args(["test", "--workspace", "--all-targets", "--locked", "--no-fail-fast"]);
+        c.args([
+            "test",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--no-fail-fast",
+        ]);
         c
     };
     tests.env("INSTA_UPDATE", "no");
@@ -55,7 +75,14 @@ pub fn ci() -> TaskResult {
 /// probed, so a GPU CI job can never pass by skipping everything.
 pub fn gpu_test() -> TaskResult {
     let mut probe = cargo();
-    probe.args(["run", "--quiet", "-p", "c10-cuda", "--example", "cuda-probe"]);
+    probe.args([
+        "run",
+        "--quiet",
+        "-p",
+        "c10-cuda",
+        "--example",
+        "cuda-probe",
+    ]);
     run("probe", probe)?;
 
     let mut tests = cargo();
@@ -143,8 +170,15 @@ pub fn bench(filter: &[String]) -> TaskResult {
 /// `cargo xtask soak`: the allocator's property test at 10 million random steps.
 pub fn soak() -> TaskResult {
     let mut c = cargo();
-    c.args(["test", "--release", "-p", "c10-cuda", "--test", "proptest_allocator"])
-        .env("TENSORMEM_SOAK_STEPS", "10000000");
+    c.args([
+        "test",
+        "--release",
+        "-p",
+        "c10-cuda",
+        "--test",
+        "proptest_allocator",
+    ])
+    .env("TENSORMEM_SOAK_STEPS", "10000000");
     run("soak", c)
 }
 

@@ -106,8 +106,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             device,
             config,
             blocks: BlockArena::default(),
-            large: BlockPool::new(false),
-            small: BlockPool::new(true),
+            large: BlockPool::new(),
+            small: BlockPool::new(),
             allocated: HashMap::default(),
             stats,
             total_allocated_memory: 0,
@@ -184,6 +184,17 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// The recorded trace entries, oldest first.
     pub fn history(&self) -> Vec<TraceEntry> {
         self.history.entries().cloned().collect()
+    }
+
+    /// Number of trace entries held.
+    pub fn history_len(&self) -> usize {
+        self.history.len()
+    }
+
+    /// The trace entries from position `start` on (positions shift when the ring buffer is
+    /// full and drops its oldest entries).
+    pub fn history_since(&self, start: usize) -> impl ExactSizeIterator<Item = &TraceEntry> {
+        self.history.since(start)
     }
 
     /// The statistics (PyTorch's `getDeviceStats`).
@@ -303,7 +314,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     #[inline]
     pub(crate) fn pool_mut(&mut self, small: bool) -> &mut BlockPool {
-        if small { &mut self.small } else { &mut self.large }
+        if small {
+            &mut self.small
+        } else {
+            &mut self.large
+        }
     }
 
     /// The stat types a pool's blocks count in: aggregate plus the pool's own.
@@ -507,8 +522,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             Ok(info) => (info.free, info.total),
             Err(_) => (0, self.device_total),
         };
-        self.history
-            .record(TraceAction::Oom, device_free as u64, p.size as u64, p.stream);
+        self.history.record(
+            TraceAction::Oom,
+            device_free as u64,
+            p.size as u64,
+            p.stream,
+        );
         self.stats.num_ooms += 1;
         let agg = StatType::Aggregate as usize;
         Error::OutOfMemory(Box::new(OutOfMemoryError {
@@ -625,7 +644,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             let event = self.device.create_event()?;
             self.device.record_event(event, stream)?;
             self.blocks.get_mut(id).event_count += 1;
-            self.events.entry(stream).or_default().push_back((event, id));
+            self.events
+                .entry(stream)
+                .or_default()
+                .push_back((event, id));
         }
         Ok(())
     }

@@ -80,12 +80,10 @@ impl Block {
 pub(crate) struct BlockArena {
     slots: Vec<Option<Block>>,
     free: Vec<u32>,
-    live: usize,
 }
 
 impl BlockArena {
     pub(crate) fn insert(&mut self, block: Block) -> BlockId {
-        self.live += 1;
         if let Some(i) = self.free.pop() {
             self.slots[i as usize] = Some(block);
             BlockId(i)
@@ -100,7 +98,6 @@ impl BlockArena {
             .take()
             .expect("block id refers to a live block");
         self.free.push(id.0);
-        self.live -= 1;
         block
     }
 
@@ -124,11 +121,6 @@ impl BlockArena {
             .iter()
             .enumerate()
             .filter_map(|(i, b)| b.as_ref().map(|b| (BlockId(i as u32), b)))
-    }
-
-    /// Number of live blocks.
-    pub(crate) fn len(&self) -> usize {
-        self.live
     }
 }
 
@@ -187,18 +179,15 @@ pub(crate) struct BlockPool {
     pub(crate) blocks: BTreeSet<SizeKey>,
     /// Free, unmapped blocks of expandable segments in address order.
     pub(crate) unmapped: BTreeSet<AddrKey>,
-    /// Whether this is the small pool.
-    pub(crate) small: bool,
     /// Best-fit searches so far (counted only while garbage collection is active).
     pub(crate) get_free_blocks_call_count: u64,
 }
 
 impl BlockPool {
-    pub(crate) fn new(small: bool) -> Self {
+    pub(crate) fn new() -> Self {
         BlockPool {
             blocks: BTreeSet::new(),
             unmapped: BTreeSet::new(),
-            small,
             get_free_blocks_call_count: 0,
         }
     }

@@ -14,7 +14,9 @@ pub enum Error {
     #[error(transparent)]
     OutOfMemory(Box<OutOfMemoryError>),
     /// A pointer that is not a live allocation of this allocator (freed twice, or foreign).
-    #[error("pointer {ptr:#x} is not an allocated block of the caching allocator of device {device}")]
+    #[error(
+        "pointer {ptr:#x} is not an allocated block of the caching allocator of device {device}"
+    )]
     InvalidPointer {
         /// The address given.
         ptr: DevicePtr,
@@ -46,5 +48,5 @@ impl From<OutOfMemoryError> for Error {
     }
 }
 
-/// `Result` with this crate's [`Error`].
+/// `Result` with this crate's [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -168,11 +168,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             return Ok(None);
         }
         debug_assert_eq!(mapped_ptr, ptr);
-        let key = AddrKey {
-            stream,
-            ptr,
-            id,
-        };
+        let key = AddrKey { stream, ptr, id };
         self.pool_mut(small).unmapped.remove(&key);
         self.blocks.get_mut(id).mapped = true;
         if mapped_size < block_size {
@@ -213,8 +209,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             self.stats.reserved_bytes[t].increase(mapped_size as u64);
         }
         self.stats.num_device_alloc += 1;
-        self.history
-            .record(TraceAction::SegmentMap, mapped_ptr, mapped_size as u64, stream);
+        self.history.record(
+            TraceAction::SegmentMap,
+            mapped_ptr,
+            mapped_size as u64,
+            stream,
+        );
         Ok(Some(id))
     }
 

@@ -66,10 +66,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     }
 
     fn dev(&self, device: u8) -> Result<&Mutex<DeviceCachingAllocator<D>>> {
-        self.devices.get(device as usize).ok_or(Error::InvalidDevice {
-            device,
-            count: self.devices.len(),
-        })
+        self.devices
+            .get(device as usize)
+            .ok_or(Error::InvalidDevice {
+                device,
+                count: self.devices.len(),
+            })
     }
 
     fn shard(&self, ptr: DevicePtr) -> &Mutex<HashMap<DevicePtr, u8, FxBuildHasher>> {
@@ -141,7 +143,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 }
             }
         };
-        self.shard(allocation.ptr).lock().insert(allocation.ptr, device);
+        self.shard(allocation.ptr)
+            .lock()
+            .insert(allocation.ptr, device);
         Ok(allocation.ptr)
     }
 

@@ -126,11 +126,6 @@ impl History {
     }
 
     #[inline]
-    pub(crate) fn enabled(&self) -> bool {
-        self.enabled
-    }
-
-    #[inline]
     pub(crate) fn record(&mut self, action: TraceAction, addr: u64, size: u64, stream: StreamId) {
         if !self.enabled {
             return;
@@ -156,6 +151,14 @@ impl History {
 
     pub(crate) fn entries(&self) -> impl ExactSizeIterator<Item = &TraceEntry> {
         self.entries.iter()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn since(&self, start: usize) -> impl ExactSizeIterator<Item = &TraceEntry> {
+        self.entries.range(start.min(self.entries.len())..)
     }
 
     pub(crate) fn clear(&mut self) {

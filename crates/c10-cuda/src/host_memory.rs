@@ -104,7 +104,13 @@ impl HostReservation {
         }
         // SAFETY: the range lies inside our own mapping (checked above) and is page aligned
         // (pages are 2 MiB or 20 MiB multiples from a page-aligned mmap result).
-        unsafe { libc::mprotect(ptr as *mut libc::c_void, size, libc::PROT_READ | libc::PROT_WRITE) == 0 }
+        unsafe {
+            libc::mprotect(
+                ptr as *mut libc::c_void,
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+            ) == 0
+        }
     }
 
     /// Drops the contents of `[ptr, ptr + size)` and removes access again.

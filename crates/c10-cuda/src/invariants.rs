@@ -59,8 +59,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                         b.ptr, nb.ptr
                     ));
                 }
-                if nb.small != b.small || nb.stream != b.stream || nb.expandable != b.expandable
-                {
+                if nb.small != b.small || nb.stream != b.stream || nb.expandable != b.expandable {
                     return Err(format!("block {:#x}: neighbour in another pool", b.ptr));
                 }
             }
@@ -177,7 +176,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                     ));
                 }
                 if st.current < 0 || st.peak < st.current {
-                    return Err(format!("{name}.{} has current {} peak {}", t.key(), st.current, st.peak));
+                    return Err(format!(
+                        "{name}.{} has current {} peak {}",
+                        t.key(),
+                        st.current,
+                        st.peak
+                    ));
                 }
             }
         }

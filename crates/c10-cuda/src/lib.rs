@@ -1,5 +1,38 @@
-//! PyTorch's CUDA caching allocator (`c10/cuda/CUDACachingAllocator.cpp`) in Rust.
-#![allow(missing_docs)]
+//! PyTorch's CUDA caching allocator (`c10/cuda/CUDACachingAllocator.cpp`) in Rust, over a
+//! device-memory trait.
+//!
+//! The algorithm ([`DeviceCachingAllocator`]) reproduces PyTorch's decisions exactly: rounding
+//! to 512 bytes (or `roundup_power2_divisions`), a small pool (blocks up to 1 MiB, 2 MiB
+//! segments) and a large pool (20 MiB segments, or the request rounded to 2 MiB from 10 MiB),
+//! best fit on `(stream, size, address)`, splitting and merging, oversize blocks
+//! (`max_split_size`), the out-of-memory retry chain, `record_stream` with events, `empty_cache`,
+//! garbage collection under a memory fraction, and expandable segments. It never touches a
+//! device itself: everything goes through [`device::DeviceMemory`], implemented by
+//! [`sim::SimDevice`] (simulated, address-only or host-backed) and [`cuda::CudaDevice`]
+//! (cudarc's driver API).
+//!
+//! Around it: [`CachingAllocator`], the thread-safe multi-device front with free-memory
+//! callbacks and c10-core's `Allocator`; [`config::AllocatorConfig`] (PYTORCH_CUDA_ALLOC_CONF);
+//! [`stats::DeviceStats`] with `memory_stats()`'s 122 keys; [`summary::memory_summary`];
+//! [`snapshot`] and [`history`] in PyTorch's snapshot format; [`oom::OutOfMemoryError`].
+//!
+//! ```
+//! use c10_cuda::config::AllocatorConfig;
+//! use c10_cuda::device::StreamId;
+//! use c10_cuda::{DeviceCachingAllocator, SimDevice};
+//!
+//! let device = SimDevice::address_only(0, 8 << 30); // an 8 GiB simulated GPU
+//! let mut alloc = DeviceCachingAllocator::new(device, AllocatorConfig::default())?;
+//! let a = alloc.malloc(1000, StreamId::DEFAULT)?; // rounded to 1024 bytes, small pool
+//! assert_eq!(a.size, 1024);
+//! alloc.free(a.ptr)?; // cached, not returned to the device
+//! let stats = alloc.stats().memory_stats();
+//! assert_eq!(stats["reserved_bytes.all.current"], 2 << 20); // one 2 MiB small segment
+//! assert_eq!(stats["allocated_bytes.all.current"], 0);
+//! alloc.empty_cache()?;
+//! assert_eq!(alloc.reserved_bytes(), 0);
+//! # Ok::<(), c10_cuda::Error>(())
+//! ```
 mod address_space;
 pub mod allocator;
 mod block;

@@ -30,10 +30,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         let streams: Vec<_> = self.events.keys().copied().collect();
         for stream in streams {
-            loop {
-                let Some(&(event, id)) = self.events.get(&stream).and_then(|q| q.front()) else {
-                    break;
-                };
+            while let Some(&(event, id)) = self.events.get(&stream).and_then(|q| q.front()) {
                 if !self.device.query_event(event)? {
                     break;
                 }
@@ -122,6 +119,20 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             if !b.mapped && !b.is_split() {
                 self.release_expandable_segment(id)?;
             }
+        }
+        // Segments reserved for a request whose pages could not be mapped were never mapped,
+        // so the loop above never sees them (PyTorch leaks them: each failing request larger
+        // than every segment's free room reserves 9/8 of the device in address space, until
+        // the reservation itself fails). Release those wholly unmapped segments too.
+        let pool = if small { &self.small } else { &self.large };
+        let never_mapped: Vec<BlockId> = pool
+            .unmapped
+            .iter()
+            .filter(|k| !self.blocks.get(k.id).is_split())
+            .map(|k| k.id)
+            .collect();
+        for id in never_mapped {
+            self.release_expandable_segment(id)?;
         }
         Ok(())
     }

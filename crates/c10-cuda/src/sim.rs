@@ -289,7 +289,12 @@ impl SimDevice {
         self.check_host_range(&s, ptr, len).is_ok()
     }
 
-    fn check_host_range(&self, s: &SimState, ptr: DevicePtr, len: usize) -> Result<(), DeviceError> {
+    fn check_host_range(
+        &self,
+        s: &SimState,
+        ptr: DevicePtr,
+        len: usize,
+    ) -> Result<(), DeviceError> {
         if self.mode != SimMode::HostBacked {
             return Err(DeviceError::Unsupported {
                 what: "byte access on an address-only simulated device",
@@ -512,10 +517,14 @@ impl DeviceMemory for SimDevice {
             });
         }
         let ptr = match self.mode {
-            SimMode::AddressOnly => s.va_space.allocate(size as u64).ok_or(DeviceError::Driver {
-                call: "cuMemAddressReserve",
-                message: format!("no {size} bytes of simulated address space left"),
-            })?,
+            SimMode::AddressOnly => {
+                s.va_space
+                    .allocate(size as u64)
+                    .ok_or(DeviceError::Driver {
+                        call: "cuMemAddressReserve",
+                        message: format!("no {size} bytes of simulated address space left"),
+                    })?
+            }
             SimMode::HostBacked => {
                 let r = HostReservation::new(size).ok_or(DeviceError::Driver {
                     call: "cuMemAddressReserve",

@@ -28,8 +28,10 @@ pub fn round_size(size: usize, config: &AllocatorConfig) -> usize {
         return MIN_BLOCK_SIZE;
     }
     let divisions = config.roundup_power2_divisions_for(size);
-    if divisions > 1 && size > MIN_BLOCK_SIZE * divisions {
-        roundup_power2_next_division(size, divisions)
+    // Saturating: any power of two is a valid division count, and 512 * 2^55 overflows.
+    if divisions > 1 && size > MIN_BLOCK_SIZE.saturating_mul(divisions) {
+        // The step is a multiple of 512 here; only saturation at the top can break that.
+        roundup_power2_next_division(size, divisions).min(usize::MAX & !(MIN_BLOCK_SIZE - 1))
     } else {
         round_up(size, MIN_BLOCK_SIZE)
     }

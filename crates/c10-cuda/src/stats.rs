@@ -66,7 +66,11 @@ pub enum StatType {
 
 impl StatType {
     /// All three, in PyTorch's order.
-    pub const ALL: [StatType; 3] = [StatType::Aggregate, StatType::SmallPool, StatType::LargePool];
+    pub const ALL: [StatType; 3] = [
+        StatType::Aggregate,
+        StatType::SmallPool,
+        StatType::LargePool,
+    ];
 
     /// The key segment PyTorch prints: `all`, `small_pool`, `large_pool`.
     pub fn key(self) -> &'static str {
@@ -249,10 +253,26 @@ mod tests {
         s.increase(10);
         s.increase(5);
         s.decrease(12);
-        assert_eq!(s, Stat { current: 3, peak: 15, allocated: 15, freed: 12 });
+        assert_eq!(
+            s,
+            Stat {
+                current: 3,
+                peak: 15,
+                allocated: 15,
+                freed: 12
+            }
+        );
         s.reset_peak();
         assert_eq!(s.peak, 3);
         s.reset_accumulated();
-        assert_eq!(s, Stat { current: 3, peak: 3, allocated: 0, freed: 0 });
+        assert_eq!(
+            s,
+            Stat {
+                current: 3,
+                peak: 3,
+                allocated: 0,
+                freed: 0
+            }
+        );
     }
 }
