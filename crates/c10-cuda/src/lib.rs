@@ -51,6 +51,7 @@ mod release;
 pub mod sim;
 pub mod sizes;
 pub mod snapshot;
+pub mod snapshot_pickle;
 pub mod stats;
 pub mod summary;
 

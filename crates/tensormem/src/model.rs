@@ -1,0 +1,131 @@
+//! The snapshot model the replayer works on: segments, blocks and trace events, decoupled from
+//! the file format they were read from (pickle or JSON, any PyTorch version).
+
+use c10_cuda::config::AllocatorConfig;
+use c10_cuda::history::TraceAction;
+use c10_cuda::snapshot::BlockState;
+
+/// One block of a recorded segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedBlock {
+    /// Start address.
+    pub address: u64,
+    /// Bytes of the block.
+    pub size: u64,
+    /// Bytes requested by its allocation (0 when the file does not say).
+    pub requested_size: u64,
+    /// Allocated, pending free, or inactive.
+    pub state: BlockState,
+}
+
+/// One recorded segment (`torch.cuda.memory._snapshot()['segments'][i]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedSegment {
+    /// Device index.
+    pub device: u8,
+    /// Start address.
+    pub address: u64,
+    /// Bytes of the segment.
+    pub total_size: u64,
+    /// The stream it serves.
+    pub stream: u64,
+    /// Large pool (`segment_type == 'large'`).
+    pub is_large: bool,
+    /// Part of an expandable segment.
+    pub is_expandable: bool,
+    /// Its blocks in address order.
+    pub blocks: Vec<RecordedBlock>,
+}
+
+/// One recorded trace entry (`device_traces[d][i]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedEvent {
+    /// What happened.
+    pub action: TraceAction,
+    /// Address (for `oom`: the device's free bytes).
+    pub addr: u64,
+    /// Bytes: requested for alloc/free entries, segment bytes for segment entries.
+    pub size: u64,
+    /// Stream.
+    pub stream: u64,
+    /// Microseconds, when the file records them (PyTorch 2.1+).
+    pub time_us: Option<u64>,
+}
+
+/// What the file said about the allocator's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RecordedSettings {
+    /// `allocator_settings` was present and understood.
+    Recorded(AllocatorConfig),
+    /// No `allocator_settings` (older PyTorch): the default is assumed.
+    Absent,
+}
+
+/// A loaded snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    /// Segments at the moment of the dump.
+    pub segments: Vec<RecordedSegment>,
+    /// Trace entries per device (empty when history was off).
+    pub traces: Vec<Vec<RecordedEvent>>,
+    /// The recorded allocator settings.
+    pub settings: RecordedSettings,
+    /// Facts about the file's format, for the report.
+    pub format: FormatNotes,
+}
+
+/// Facts about the file that was loaded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FormatNotes {
+    /// `pickle` or `json`.
+    pub encoding: &'static str,
+    /// The file was a bare list of segments (very old PyTorch).
+    pub bare_segment_list: bool,
+    /// Some trace entries lacked `time_us`.
+    pub missing_time: bool,
+    /// Blocks used the old `history` key instead of `frames`.
+    pub history_key: bool,
+    /// Blocks had no `address` (older files): placed one after another from the segment start.
+    pub blocks_without_address: bool,
+}
+
+impl Snapshot {
+    /// The index of the device whose trace is the longest (the one to replay), if any trace
+    /// has events.
+    pub fn main_device(&self) -> Option<usize> {
+        self.traces
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.iter().any(|e| e.action != TraceAction::Snapshot))
+            .max_by_key(|(_, t)| t.len())
+            .map(|(i, _)| i)
+    }
+
+    /// Whether any device has history beyond `snapshot` entries.
+    pub fn has_history(&self) -> bool {
+        self.main_device().is_some()
+    }
+
+    /// The allocator configuration the run used (the default when not recorded).
+    pub fn config(&self) -> AllocatorConfig {
+        match &self.settings {
+            RecordedSettings::Recorded(c) => c.clone(),
+            RecordedSettings::Absent => AllocatorConfig::default(),
+        }
+    }
+
+    /// Bytes reserved at the dump (sum of segment sizes).
+    pub fn reserved_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.total_size).sum()
+    }
+
+    /// Bytes in allocated blocks at the dump.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.segments
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state == BlockState::ActiveAllocated)
+            .map(|b| b.size)
+            .sum()
+    }
+}

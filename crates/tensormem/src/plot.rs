@@ -1,0 +1,100 @@
+//! `--plot`: allocated and reserved bytes over the replay, one pair of curves per configuration,
+//! drawn as SVG with plotters.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::replay::Outcome;
+use crate::report::config_label;
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Draws the series of `outcomes` (each replayed with `series` on) into `path` (`.svg`).
+/// The x axis is the event index, or the recorded time in seconds when every point has one.
+///
+/// # Errors
+/// A message when the extension is not `.svg`, a series is missing, or drawing fails.
+pub fn plot(path: &Path, title: &str, outcomes: &[&Outcome]) -> Result<(), String> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(ext) if ext.eq_ignore_ascii_case("svg") => {}
+        Some(ext) => {
+            return Err(format!(
+                "cannot write '.{ext}' plots: only .svg is supported (convert with e.g. rsvg-convert)"
+            ));
+        }
+        None => return Err("the plot file needs a .svg extension".into()),
+    }
+    if outcomes.iter().any(|o| o.series.is_empty()) {
+        return Err("no memory series was recorded for this replay".into());
+    }
+    let use_time = outcomes
+        .iter()
+        .all(|o| o.series.iter().all(|p| p.time_us.is_some()));
+    let x_of = |p: &crate::replay::SeriesPoint| -> f64 {
+        if use_time {
+            p.time_us.unwrap_or(0) as f64 / 1e6
+        } else {
+            p.index as f64
+        }
+    };
+    let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0f64);
+    for o in outcomes {
+        for p in &o.series {
+            x0 = x0.min(x_of(p));
+            x1 = x1.max(x_of(p));
+            y1 = y1.max(p.reserved as f64 / GIB);
+        }
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    let y1 = (y1 * 1.08).max(0.001);
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let root = SVGBackend::new(path, (1100, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("tensormem replay: {title}"), ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x0..x1, 0f64..y1)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(if use_time { "time (s)" } else { "event index" })
+        .y_desc("GiB")
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (k, o) in outcomes.iter().enumerate() {
+        let color = Palette99::pick(k).to_rgba();
+        let label = config_label(&o.config).to_string();
+        chart
+            .draw_series(LineSeries::new(
+                o.series.iter().map(|p| (x_of(p), p.reserved as f64 / GIB)),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| err(&e))?
+            .label(format!("{label}: reserved"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(LineSeries::new(
+                o.series.iter().map(|p| (x_of(p), p.allocated as f64 / GIB)),
+                color.mix(0.5).stroke_width(1),
+            ))
+            .map_err(|e| err(&e))?
+            .label(format!("{label}: allocated"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.mix(0.5)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}

@@ -1,0 +1,543 @@
+//! Replaying a recorded history through our allocator: parity with PyTorch's decisions (from
+//! the recorded start state) and what-if runs from an empty allocator.
+
+use std::collections::{BTreeMap, HashMap};
+
+use c10_cuda::config::AllocatorConfig;
+use c10_cuda::device::StreamId;
+use c10_cuda::history::{Clock, TraceAction, TraceEntry};
+use c10_cuda::snapshot::DeviceSnapshot;
+use c10_cuda::stats::DeviceStats;
+use c10_cuda::{DeviceCachingAllocator, Error as AllocError, SimDevice};
+use thiserror::Error;
+
+use crate::model::{RecordedEvent, Snapshot};
+use crate::start_state::{StartState, start_state};
+
+/// How to replay.
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    /// The allocator configuration to replay under.
+    pub config: AllocatorConfig,
+    /// Simulated device memory in bytes.
+    pub capacity: usize,
+    /// Replay only the alloc/free sequence from an empty allocator (what-if mode). Otherwise
+    /// rebuild the recorded start state and compare every decision (parity mode).
+    pub from_empty: bool,
+    /// Keep the (event index, allocated, reserved) series for plotting.
+    pub series: bool,
+    /// Keep our own memory history (for `--dump`).
+    pub keep_history: bool,
+}
+
+/// Why a replay could not run.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The snapshot holds no history to replay.
+    #[error("the snapshot has no memory history to replay (it holds state only)")]
+    NoHistory,
+    /// The allocator or simulated device failed in a way a replay cannot continue from.
+    #[error("allocator failure during replay: {0}")]
+    Allocator(#[from] AllocError),
+}
+
+/// The parity figures: how many of PyTorch's decisions we reproduced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Parity {
+    /// Allocations placed at the address PyTorch used (as segment + offset).
+    pub alloc_address_match: usize,
+    /// Allocations replayed.
+    pub alloc_total: usize,
+    /// Segment decisions (segment_alloc/free/map/unmap) identical in moment, size and place.
+    pub segment_decision_match: usize,
+    /// Segment decisions made by either side.
+    pub segment_decision_total: usize,
+    /// The first difference, if any.
+    pub first_divergence: Option<Divergence>,
+}
+
+/// Where our replay first differed from the recording.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Divergence {
+    /// Index of the recorded event.
+    pub event_index: usize,
+    /// What PyTorch did.
+    pub expected: String,
+    /// What we did.
+    pub got: String,
+}
+
+/// One point of the memory curve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeriesPoint {
+    /// Index of the recorded event.
+    pub index: usize,
+    /// Recorded time, when the file has it.
+    pub time_us: Option<u64>,
+    /// Allocated bytes after the event.
+    pub allocated: u64,
+    /// Reserved bytes after the event.
+    pub reserved: u64,
+}
+
+/// What a replay found.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The configuration string replayed (empty for the default).
+    pub config: String,
+    /// Parity figures (parity mode only).
+    pub parity: Option<Parity>,
+    /// Recorded events processed.
+    pub events: usize,
+    /// Allocation requests replayed.
+    pub allocs: usize,
+    /// Allocation requests that ran out of memory in our replay.
+    pub failed_allocs: usize,
+    /// Frees of addresses never allocated inside the trace (from-empty mode) or unknown to us.
+    pub skipped_frees: usize,
+    /// `empty_cache` calls inferred from runs of recorded segment frees.
+    pub empty_cache_calls: usize,
+    /// Recorded `oom` entries.
+    pub recorded_ooms: usize,
+    /// Peak reserved bytes in our replay.
+    pub peak_reserved: u64,
+    /// Peak allocated bytes in our replay.
+    pub peak_allocated: u64,
+    /// Peak reserved bytes in the recording (parity mode).
+    pub recorded_peak_reserved: Option<u64>,
+    /// Peak of live bytes, each request rounded up to 512: what any allocator must hold.
+    pub lower_bound: u64,
+    /// Device allocations (`num_device_alloc`).
+    pub device_mallocs: i64,
+    /// `num_alloc_retries`.
+    pub retries: i64,
+    /// `num_ooms`.
+    pub ooms: i64,
+    /// Statistics at the reserved peak.
+    pub stats_at_peak: DeviceStats,
+    /// Statistics at the end.
+    pub stats_end: DeviceStats,
+    /// The start state rebuilt (parity mode).
+    pub start: Option<StartState>,
+    /// The memory curve (when asked for).
+    pub series: Vec<SeriesPoint>,
+    /// Our snapshot at the end, with our history when kept.
+    pub snapshot: DeviceSnapshot,
+}
+
+/// Bytes rounded up to 512 (the lower-bound unit).
+fn round512(n: u64) -> u64 {
+    n.div_ceil(512) * 512
+}
+
+/// Recorded segment address -> (size, our address), to compare addresses as segment + offset.
+#[derive(Default)]
+struct SegmentMap {
+    map: BTreeMap<u64, (u64, u64)>,
+}
+
+impl SegmentMap {
+    fn insert(&mut self, recorded: u64, size: u64, ours: u64) {
+        self.map.insert(recorded, (size, ours));
+    }
+
+    fn remove(&mut self, recorded: u64) {
+        self.map.remove(&recorded);
+    }
+
+    fn translate(&self, addr: u64) -> Option<u64> {
+        let (&base, &(size, ours)) = self.map.range(..=addr).next_back()?;
+        (addr < base + size).then(|| ours + (addr - base))
+    }
+
+    /// "segment S+0x1000" for messages.
+    fn describe(&self, addr: u64) -> String {
+        match self.map.range(..=addr).next_back() {
+            Some((&base, &(size, _))) if addr < base + size => {
+                format!("{addr:#x} (segment {base:#x} + {:#x})", addr - base)
+            }
+            _ => format!("{addr:#x}"),
+        }
+    }
+}
+
+fn is_segment_action(a: TraceAction) -> bool {
+    matches!(
+        a,
+        TraceAction::SegmentAlloc
+            | TraceAction::SegmentFree
+            | TraceAction::SegmentMap
+            | TraceAction::SegmentUnmap
+    )
+}
+
+/// Replays `device`'s history of `snapshot` (see [`ReplayOptions`]); `progress(done, total)`
+/// is called every few thousand events.
+///
+/// # Errors
+/// [`ReplayError::NoHistory`] for a state-only snapshot; [`ReplayError::Allocator`] when the
+/// simulated device fails in a way that is not out-of-memory.
+pub fn replay(
+    snapshot: &Snapshot,
+    device: usize,
+    opts: &ReplayOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Outcome, ReplayError> {
+    let events = snapshot
+        .traces
+        .get(device)
+        .filter(|t| t.iter().any(|e| e.action != TraceAction::Snapshot))
+        .ok_or(ReplayError::NoHistory)?;
+    let sim = SimDevice::address_only(device as u8, opts.capacity).with_auto_complete(true);
+    let alloc = DeviceCachingAllocator::new(sim.clone(), opts.config.clone())?;
+    let mut r = Runner {
+        alloc,
+        sim,
+        segs: SegmentMap::default(),
+        live: HashMap::new(),
+        live_bytes: 0,
+        parity: (!opts.from_empty).then(Parity::default),
+        out_failed: 0,
+        skipped: 0,
+        empty_cache_calls: 0,
+        peak_reserved: 0,
+        peak_allocated: 0,
+        stats_at_peak: DeviceStats::default(),
+        lower_bound: 0,
+        recorded_reserved: 0,
+        recorded_peak: 0,
+        series: Vec::new(),
+    };
+    let mut start = None;
+    if !opts.from_empty {
+        let st = start_state(snapshot, device, &opts.config);
+        for seg in &st.segments {
+            r.sim.script_malloc(seg.address, seg.size as usize);
+            let ours = r
+                .alloc
+                .import_segment(StreamId(seg.stream), seg.small, &seg.blocks)?;
+            r.sim.clear_script();
+            r.segs.insert(seg.address, seg.size, ours);
+            r.recorded_reserved += seg.size;
+            let mut cursor = seg.address;
+            for b in &seg.blocks {
+                if b.allocated {
+                    r.live_bytes += round512(b.requested as u64);
+                }
+                cursor += b.size as u64;
+            }
+            debug_assert_eq!(cursor, seg.address + seg.size);
+        }
+        r.recorded_peak = r.recorded_reserved;
+        start = Some(st);
+    }
+    if !opts.from_empty || opts.keep_history {
+        r.alloc
+            .record_history(events.len() * 4 + 1024, Clock::Logical);
+    }
+    r.sample(0, None, opts.series);
+    r.lower_bound = r.live_bytes;
+
+    let total = events.len();
+    let mut recorded_ooms = 0;
+    let mut allocs = 0;
+    let mut i = 0;
+    while i < total {
+        let e = &events[i];
+        match e.action {
+            TraceAction::Alloc => {
+                allocs += 1;
+                let pending = if opts.from_empty {
+                    Vec::new()
+                } else {
+                    preceding_segment_events(events, i)
+                };
+                r.alloc_step(i, e, &pending)?;
+            }
+            TraceAction::FreeRequested => r.free_step(e, opts.from_empty)?,
+            TraceAction::SegmentAlloc if !opts.from_empty => {
+                r.sim.script_malloc(e.addr, e.size as usize);
+                r.recorded_reserved += e.size;
+                r.recorded_peak = r.recorded_peak.max(r.recorded_reserved);
+            }
+            TraceAction::SegmentMap if !opts.from_empty => {
+                r.recorded_reserved += e.size;
+                r.recorded_peak = r.recorded_peak.max(r.recorded_reserved);
+            }
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap if !opts.from_empty => {
+                let end = (i..total)
+                    .find(|&j| {
+                        !matches!(
+                            events[j].action,
+                            TraceAction::SegmentFree | TraceAction::SegmentUnmap
+                        )
+                    })
+                    .unwrap_or(total);
+                r.empty_cache_step(i, &events[i..end])?;
+                for ev in &events[i + 1..end] {
+                    r.recorded_reserved -= ev.size.min(r.recorded_reserved);
+                }
+                r.recorded_reserved -= e.size.min(r.recorded_reserved);
+                r.sample(end - 1, e.time_us, opts.series);
+                i = end;
+                continue;
+            }
+            TraceAction::Oom => recorded_ooms += 1,
+            _ => {}
+        }
+        r.sample(i, e.time_us, opts.series);
+        if i % 4096 == 0 {
+            progress(i, total);
+        }
+        i += 1;
+    }
+    progress(total, total);
+    let stats_end = r.alloc.stats().clone();
+    let snapshot_out = r.alloc.snapshot();
+    Ok(Outcome {
+        config: opts.config.to_string(),
+        parity: r.parity,
+        events: total,
+        allocs,
+        failed_allocs: r.out_failed,
+        skipped_frees: r.skipped,
+        empty_cache_calls: r.empty_cache_calls,
+        recorded_ooms,
+        peak_reserved: r.peak_reserved,
+        peak_allocated: r.peak_allocated,
+        recorded_peak_reserved: (!opts.from_empty).then_some(r.recorded_peak),
+        lower_bound: r.lower_bound,
+        device_mallocs: stats_end.num_device_alloc,
+        retries: stats_end.num_alloc_retries,
+        ooms: stats_end.num_ooms,
+        stats_at_peak: r.stats_at_peak,
+        stats_end,
+        start,
+        series: r.series,
+        snapshot: snapshot_out,
+    })
+}
+
+/// The recorded segment_alloc / segment_map events directly before the alloc at `i`: the
+/// device allocations that request caused.
+fn preceding_segment_events(events: &[RecordedEvent], i: usize) -> Vec<RecordedEvent> {
+    let mut j = i;
+    while j > 0
+        && matches!(
+            events[j - 1].action,
+            TraceAction::SegmentAlloc | TraceAction::SegmentMap
+        )
+    {
+        j -= 1;
+    }
+    events[j..i].to_vec()
+}
+
+struct Runner {
+    alloc: DeviceCachingAllocator<SimDevice>,
+    sim: SimDevice,
+    segs: SegmentMap,
+    /// Recorded address -> (our address, live bytes counted).
+    live: HashMap<u64, (u64, u64)>,
+    live_bytes: u64,
+    parity: Option<Parity>,
+    out_failed: usize,
+    skipped: usize,
+    empty_cache_calls: usize,
+    peak_reserved: u64,
+    peak_allocated: u64,
+    stats_at_peak: DeviceStats,
+    lower_bound: u64,
+    recorded_reserved: u64,
+    recorded_peak: u64,
+    series: Vec<SeriesPoint>,
+}
+
+impl Runner {
+    fn sample(&mut self, index: usize, time_us: Option<u64>, series: bool) {
+        let reserved = self.alloc.reserved_bytes() as u64;
+        let allocated = self.alloc.stats().allocated_bytes[0].current as u64;
+        if reserved > self.peak_reserved {
+            self.peak_reserved = reserved;
+            self.stats_at_peak = self.alloc.stats().clone();
+        }
+        self.peak_allocated = self.peak_allocated.max(allocated);
+        self.lower_bound = self.lower_bound.max(self.live_bytes);
+        if series {
+            self.series.push(SeriesPoint {
+                index,
+                time_us,
+                allocated,
+                reserved,
+            });
+        }
+    }
+
+    fn diverge(&mut self, event_index: usize, expected: String, got: String) {
+        if let Some(p) = self.parity.as_mut() {
+            if p.first_divergence.is_none() {
+                p.first_divergence = Some(Divergence {
+                    event_index,
+                    expected,
+                    got,
+                });
+            }
+        }
+    }
+
+    fn alloc_step(
+        &mut self,
+        i: usize,
+        e: &RecordedEvent,
+        pending: &[RecordedEvent],
+    ) -> Result<(), ReplayError> {
+        let h0 = self.alloc.history_len();
+        let result = self.alloc.malloc(e.size as usize, StreamId(e.stream));
+        let ours: Vec<TraceEntry> = self
+            .alloc
+            .history_since(h0)
+            .filter(|t| is_segment_action(t.action))
+            .cloned()
+            .collect();
+        self.sim.clear_script();
+        let ptr = match result {
+            Ok(a) => Some(a.ptr),
+            Err(AllocError::OutOfMemory(_)) => {
+                self.out_failed += 1;
+                None
+            }
+            Err(other) => return Err(other.into()),
+        };
+        if self.parity.is_some() {
+            self.compare_segments(i, pending, &ours);
+            let p = self.parity.as_mut().expect("parity mode");
+            p.alloc_total += 1;
+            let expected = self.segs.translate(e.addr);
+            if ptr.is_some() && ptr == expected {
+                p.alloc_address_match += 1;
+            } else {
+                let want = self.segs.describe(e.addr);
+                let got = ptr.map_or("out of memory".to_string(), |p| format!("{p:#x}"));
+                self.diverge(i, format!("alloc of {} bytes at {want}", e.size), got);
+            }
+        }
+        if let Some(ptr) = ptr {
+            let counted = round512(e.size);
+            self.live_bytes += counted;
+            if let Some((old_ptr, old_counted)) = self.live.insert(e.addr, (ptr, counted)) {
+                // The recording reused an address we still hold: keep ours consistent.
+                let _ = self.alloc.free(old_ptr);
+                self.live_bytes -= old_counted;
+            }
+        }
+        Ok(())
+    }
+
+    fn compare_segments(&mut self, i: usize, recorded: &[RecordedEvent], ours: &[TraceEntry]) {
+        let n = recorded.len().max(ours.len());
+        let mut matched = 0;
+        for k in 0..n {
+            match (recorded.get(k), ours.get(k)) {
+                (Some(rec), Some(our)) if rec.action == our.action && rec.size == our.size => {
+                    matched += 1;
+                    if rec.action == TraceAction::SegmentAlloc {
+                        self.segs.insert(rec.addr, rec.size, our.addr);
+                    }
+                }
+                (rec, our) => {
+                    let show_rec = rec.map_or("nothing".into(), |r| {
+                        format!("{} of {} bytes", r.action, r.size)
+                    });
+                    let show_our = our.map_or("nothing".into(), |o| {
+                        format!("{} of {} bytes", o.action, o.size)
+                    });
+                    self.diverge(i, show_rec, show_our);
+                    if let (Some(rec), Some(our)) = (rec, our) {
+                        if rec.action == TraceAction::SegmentAlloc
+                            && our.action == TraceAction::SegmentAlloc
+                        {
+                            self.segs.insert(rec.addr, rec.size, our.addr);
+                        }
+                    }
+                }
+            }
+        }
+        let p = self.parity.as_mut().expect("parity mode");
+        p.segment_decision_total += n;
+        p.segment_decision_match += matched;
+    }
+
+    fn free_step(&mut self, e: &RecordedEvent, from_empty: bool) -> Result<(), ReplayError> {
+        let ptr = match self.live.remove(&e.addr) {
+            Some((ptr, counted)) => {
+                self.live_bytes -= counted;
+                Some(ptr)
+            }
+            None if !from_empty => {
+                // A block live at the start: imported at its recorded place.
+                self.live_bytes = self.live_bytes.saturating_sub(round512(e.size));
+                self.segs.translate(e.addr)
+            }
+            None => None,
+        };
+        match ptr.map(|p| self.alloc.free(p)) {
+            Some(Ok(())) => {}
+            Some(Err(AllocError::InvalidPointer { .. })) | None => self.skipped += 1,
+            Some(Err(other)) => return Err(other.into()),
+        }
+        Ok(())
+    }
+
+    fn empty_cache_step(
+        &mut self,
+        i: usize,
+        recorded: &[RecordedEvent],
+    ) -> Result<(), ReplayError> {
+        self.empty_cache_calls += 1;
+        let h0 = self.alloc.history_len();
+        self.alloc.empty_cache()?;
+        let ours: Vec<TraceEntry> = self
+            .alloc
+            .history_since(h0)
+            .filter(|t| is_segment_action(t.action))
+            .cloned()
+            .collect();
+        let n = recorded.len().max(ours.len());
+        let mut matched = 0;
+        for k in 0..n {
+            match (recorded.get(k), ours.get(k)) {
+                (Some(rec), Some(our))
+                    if rec.action == our.action
+                        && rec.size == our.size
+                        && self.segs.translate(rec.addr) == Some(our.addr) =>
+                {
+                    matched += 1;
+                }
+                (rec, our) => {
+                    let show_rec = rec.map_or("nothing".into(), |r| {
+                        format!("{} of {} bytes at {:#x}", r.action, r.size, r.addr)
+                    });
+                    let show_our = our.map_or("nothing".into(), |o| {
+                        format!("{} of {} bytes at {:#x}", o.action, o.size, o.addr)
+                    });
+                    self.diverge(
+                        i + k.min(recorded.len().saturating_sub(1)),
+                        show_rec,
+                        show_our,
+                    );
+                }
+            }
+        }
+        for rec in recorded {
+            if rec.action == TraceAction::SegmentFree {
+                self.segs.remove(rec.addr);
+            }
+        }
+        if let Some(p) = self.parity.as_mut() {
+            p.segment_decision_total += n;
+            p.segment_decision_match += matched;
+        }
+        Ok(())
+    }
+}
