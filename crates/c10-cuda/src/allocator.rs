@@ -349,12 +349,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
-        let mut it = pool.blocks.range(SizeKey::lower(p.stream, p.size)..);
-        let mut key = *it.next()?;
-        if key.stream != p.stream {
-            return None;
-        }
+        let mut key = pool.blocks.lower_bound(p.stream, p.size)?;
         if blocks.get(key.id).expandable.is_some() {
+            // Rare: walk on in best-fit order.
+            let mut it = pool.blocks.range_from(p.stream, p.size);
+            it.next();
             if expandable_on {
                 // Best fit counts an expandable block's unmapped successor as room it can grow
                 // into: prefer the block with the least such room.
@@ -366,14 +365,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                             .filter(|n| !n.mapped)
                             .map_or(0, |n| n.size)
                 };
-                let mut peek = it.clone();
                 while blocks.get(key.id).expandable.is_some() {
-                    match peek.next() {
-                        Some(next)
-                            if next.stream == p.stream
-                                && expandable_size(next) < expandable_size(&key) =>
-                        {
-                            key = *next;
+                    match it.next() {
+                        Some(next) if expandable_size(&next) < expandable_size(&key) => {
+                            key = next;
                         }
                         _ => break,
                     }
@@ -381,10 +376,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             } else {
                 // Expandable segments were turned off after some were made: skip their blocks.
                 loop {
-                    key = *it.next()?;
-                    if key.stream != p.stream {
-                        return None;
-                    }
+                    key = it.next()?;
                     if blocks.get(key.id).expandable.is_none() {
                         break;
                     }
@@ -692,7 +684,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         let expandable = b.expandable.is_some();
         for t in Self::stat_types(small) {
-            if !expandable {
+            if !expandable && (net_inactive_split_blocks != 0 || net_inactive_split_size != 0) {
                 apply_net(&mut self.stats.inactive_split[t], net_inactive_split_blocks);
                 apply_net(
                     &mut self.stats.inactive_split_bytes[t],

@@ -8,6 +8,10 @@
 
 use std::collections::BTreeSet;
 
+use smallvec::SmallVec;
+
+use crate::free_index::FreeIndex;
+
 use crate::device::{DevicePtr, StreamId};
 
 /// Index of a block in the [`BlockArena`]. Ids are reused after a block is deleted.
@@ -37,8 +41,9 @@ pub(crate) struct Block {
     pub(crate) next: Option<BlockId>,
     /// Outstanding stream events that must complete before the block is really free.
     pub(crate) event_count: u32,
-    /// Streams other than `stream` that used the block (`record_stream`).
-    pub(crate) stream_uses: Vec<StreamId>,
+    /// Streams other than `stream` that used the block (`record_stream`); usually none, so
+    /// kept inline.
+    pub(crate) stream_uses: SmallVec<[StreamId; 1]>,
     /// The pool's search counter when the block last entered the pool (for GC ages).
     pub(crate) gc_count_base: u64,
     /// The expandable segment this block belongs to, if any.
@@ -58,7 +63,7 @@ impl Block {
             prev: None,
             next: None,
             event_count: 0,
-            stream_uses: Vec::new(),
+            stream_uses: SmallVec::new(),
             gc_count_base: 0,
             expandable: None,
         }
@@ -93,12 +98,12 @@ impl BlockArena {
         }
     }
 
-    pub(crate) fn remove(&mut self, id: BlockId) -> Block {
-        let block = self.slots[id.0 as usize]
-            .take()
-            .expect("block id refers to a live block");
+    /// Deletes a block (its slot is reused by a later insert).
+    pub(crate) fn remove(&mut self, id: BlockId) {
+        let slot = &mut self.slots[id.0 as usize];
+        debug_assert!(slot.is_some(), "block id refers to a live block");
+        *slot = None;
         self.free.push(id.0);
-        block
     }
 
     #[inline]
@@ -135,6 +140,7 @@ pub(crate) struct SizeKey {
 
 impl SizeKey {
     /// The smallest key for `(stream, size)`: a lower bound for best-fit searches.
+    #[cfg(test)]
     pub(crate) fn lower(stream: StreamId, size: usize) -> Self {
         SizeKey {
             stream,
@@ -176,7 +182,7 @@ impl AddrKey {
 #[derive(Debug)]
 pub(crate) struct BlockPool {
     /// Free, mapped blocks in best-fit order.
-    pub(crate) blocks: BTreeSet<SizeKey>,
+    pub(crate) blocks: FreeIndex,
     /// Free, unmapped blocks of expandable segments in address order.
     pub(crate) unmapped: BTreeSet<AddrKey>,
     /// Best-fit searches so far (counted only while garbage collection is active).
@@ -186,7 +192,7 @@ pub(crate) struct BlockPool {
 impl BlockPool {
     pub(crate) fn new() -> Self {
         BlockPool {
-            blocks: BTreeSet::new(),
+            blocks: FreeIndex::default(),
             unmapped: BTreeSet::new(),
             get_free_blocks_call_count: 0,
         }

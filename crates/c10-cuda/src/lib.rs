@@ -41,6 +41,7 @@ pub mod cuda;
 pub mod device;
 pub mod error;
 mod expandable;
+mod free_index;
 pub mod front;
 pub mod history;
 mod host_memory;

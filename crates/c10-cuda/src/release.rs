@@ -103,7 +103,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// Frees every whole-segment free block of a pool and unmaps the free pages of expandable
     /// segments (PyTorch's `release_blocks`).
     fn release_blocks(&mut self, small: bool) -> Result<()> {
-        let keys: Vec<SizeKey> = self.pool_mut(small).blocks.iter().copied().collect();
+        let keys: Vec<SizeKey> = self.pool_mut(small).blocks.iter().collect();
         let mut to_unmap = Vec::new();
         for key in keys {
             let b = self.blocks.get(key.id);
@@ -156,21 +156,16 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             return Ok(false);
         }
         let key_size = p.size.max(max_split);
-        let lower = SizeKey::lower(p.stream, key_size);
         let pool = if p.small { &self.small } else { &self.large };
-        let hit = pool.blocks.range(lower..).next().copied();
+        let hit = pool.blocks.lower_bound(p.stream, key_size);
         match hit {
-            Some(k) if k.stream == p.stream && self.blocks.get(k.id).expandable.is_none() => {
-                self.release_block(k.id)
-            }
+            Some(k) if self.blocks.get(k.id).expandable.is_none() => self.release_block(k.id),
             _ => {
                 // No single block is large enough: free oversize blocks from the largest down.
                 let candidates: Vec<SizeKey> = pool
                     .blocks
-                    .range(..lower)
-                    .rev()
-                    .take_while(|k| k.size >= max_split && k.stream == p.stream)
-                    .copied()
+                    .range_below_rev(p.stream, key_size)
+                    .take_while(|k| k.size >= max_split)
                     .collect();
                 let mut released = 0usize;
                 for k in candidates {
@@ -202,7 +197,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let age = |b: &crate::block::Block| now - b.gc_count_base;
         let mut total_age: u64 = 0;
         let mut freeable: u64 = 0;
-        for k in &self.large.blocks {
+        for k in self.large.blocks.iter() {
             let b = self.blocks.get(k.id);
             if !b.is_split() {
                 total_age += age(b);
@@ -217,7 +212,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         while reclaimed < target && block_freed && freeable > 0 {
             let age_threshold = total_age as f64 / freeable as f64;
             block_freed = false;
-            let keys: Vec<SizeKey> = self.large.blocks.iter().copied().collect();
+            let keys: Vec<SizeKey> = self.large.blocks.iter().collect();
             for k in keys {
                 let b = self.blocks.get(k.id);
                 if !b.is_split() && b.expandable.is_none() && age(b) as f64 >= age_threshold {
