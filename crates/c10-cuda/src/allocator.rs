@@ -301,6 +301,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
     }
 
+    #[inline]
     fn params(&self, orig_size: usize, stream: StreamId) -> Params {
         let size = round_size(orig_size, &self.config);
         Params {
@@ -335,6 +336,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     }
 
     /// Best-fit search (PyTorch's `get_free_block`); removes and returns the block on a hit.
+    #[inline]
     pub(crate) fn get_free_block(&mut self, p: &Params) -> Option<BlockId> {
         let gc = self.allowed_memory_maximum.is_some() && self.config.gc_enabled();
         let expandable_on = self.config.expandable_segments;
@@ -431,6 +433,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     }
 
     /// Hands out a found block, splitting it if the rules say so (PyTorch's `alloc_found_block`).
+    #[inline]
     pub(crate) fn alloc_found_block(&mut self, p: &Params, found: BlockId) -> Allocation {
         let types = Self::stat_types(p.small);
         let (block_size, already_split, expandable, block_ptr) = {
@@ -646,6 +649,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// Returns a really-free block to its pool, merging with free neighbours
     /// (PyTorch's `free_block`).
+    #[inline]
     pub(crate) fn free_block(&mut self, id: BlockId) {
         let (ptr, original_size, requested, stream, small, prev, next) = {
             let b = self.blocks.get(id);
@@ -699,6 +703,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// Merges `src` into `dst` when `src` is an idle neighbour with the same mapping state;
     /// returns the bytes subsumed, 0 when not merged (PyTorch's `try_merge_blocks`).
+    #[inline]
     pub(crate) fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> usize {
         let Some(src) = src else { return 0 };
         let s = self.blocks.get(src);

@@ -88,6 +88,7 @@ pub(crate) struct BlockArena {
 }
 
 impl BlockArena {
+    #[inline]
     pub(crate) fn insert(&mut self, block: Block) -> BlockId {
         if let Some(i) = self.free.pop() {
             self.slots[i as usize] = Some(block);
@@ -99,6 +100,7 @@ impl BlockArena {
     }
 
     /// Deletes a block (its slot is reused by a later insert).
+    #[inline]
     pub(crate) fn remove(&mut self, id: BlockId) {
         let slot = &mut self.slots[id.0 as usize];
         debug_assert!(slot.is_some(), "block id refers to a live block");
@@ -199,6 +201,7 @@ impl BlockPool {
     }
 
     /// Inserts a free mapped block, stamping its GC age base (PyTorch's `insert_into_blocks`).
+    #[inline]
     pub(crate) fn insert_into_blocks(&mut self, id: BlockId, b: &mut Block) {
         b.gc_count_base = self.get_free_blocks_call_count;
         let inserted = self.blocks.insert(SizeKey::of(id, b));

@@ -213,6 +213,7 @@ impl FreeIndex {
     }
 
     /// Inserts a key; false if it was present.
+    #[inline]
     pub(crate) fn insert(&mut self, k: SizeKey) -> bool {
         let f = self.stream_mut(k.stream);
         let inserted = if k.size < EXACT_LIMIT {
@@ -239,6 +240,7 @@ impl FreeIndex {
     }
 
     /// Removes a key; false if it was absent.
+    #[inline]
     pub(crate) fn remove(&mut self, k: &SizeKey) -> bool {
         let Some(i) = self.streams.iter().position(|(id, _)| *id == k.stream) else {
             return false;
