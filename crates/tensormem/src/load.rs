@@ -135,10 +135,13 @@ fn int(v: &Value, key: &str, at: &str) -> Shape<u64> {
     x.as_i64()
         .and_then(|i| u64::try_from(i).ok())
         .ok_or_else(|| {
-            format!(
-                "{at}['{key}'] should be a non-negative integer, found {}",
-                x.type_name()
-            )
+            // A number that is out of range shows itself; anything else shows its type.
+            let found = match x {
+                Value::Int(i) => i.to_string(),
+                Value::BigInt(b) => b.to_string(),
+                other => other.type_name().to_string(),
+            };
+            format!("{at}['{key}'] should be a non-negative integer, found {found}")
         })
 }
 

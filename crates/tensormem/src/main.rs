@@ -3,7 +3,8 @@
 //! `tensormem` with no arguments runs the built-in demo; `tensormem replay FILE` replays a
 //! snapshot (see `tensormem replay --help`). Errors print one line and exit with status 2.
 
-use std::io::IsTerminal;
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -66,8 +67,13 @@ struct ReplayArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        None | Some(Command::Demo) => demo::run(&mut std::io::stdout()).map_err(|e| e.to_string()),
-        Some(Command::Replay(args)) => run_replay(args),
+        None | Some(Command::Demo) => {
+            let mut out = Vec::new();
+            demo::run(&mut out)
+                .map_err(|e| e.to_string())
+                .and_then(|()| emit(&out))
+        }
+        Some(Command::Replay(args)) => run_replay(args).and_then(|out| emit(out.as_bytes())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -75,6 +81,16 @@ fn main() -> ExitCode {
             eprintln!("tensormem: error: {msg}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Writes the report to stdout. A closed pipe (`tensormem ... | head`) is not an error: the
+/// reader has what it wanted (and `print!` would panic on it).
+fn emit(out: &[u8]) -> Result<(), String> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(out).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("stdout: {e}")),
+        _ => Ok(()),
     }
 }
 
@@ -92,11 +108,13 @@ fn progress_bar(len: u64, label: String) -> Option<ProgressBar> {
     Some(bar)
 }
 
-fn run_replay(args: ReplayArgs) -> Result<(), String> {
+/// Replays as `args` asks and returns the report text.
+fn run_replay(args: ReplayArgs) -> Result<String, String> {
+    let mut out = String::new();
     let name = args.file.display().to_string();
     let snap = load::load_path(&args.file).map_err(|e| e.to_string())?;
     let capacity = match &args.device_memory {
-        Some(s) => parse_size(s)?,
+        Some(s) => parse_size(s).map_err(|e| format!("--device-memory: {e}"))?,
         None => 1usize << 40,
     };
     let config: AllocatorConfig = match &args.alloc_conf {
@@ -114,7 +132,18 @@ fn run_replay(args: ReplayArgs) -> Result<(), String> {
         None => snap.main_device(),
     };
     let Some(device) = device else {
-        // State only: summarize what the dump holds.
+        // State only: summarize what the dump holds; the options that need a history fail.
+        let wanted = [
+            (args.from_empty, "--from-empty"),
+            (args.sweep, "--sweep"),
+            (args.plot.is_some(), "--plot"),
+            (args.dump.is_some(), "--dump"),
+        ];
+        if let Some((_, flag)) = wanted.iter().find(|(on, _)| *on) {
+            return Err(format!(
+                "{flag}: {name} holds state only (no memory history to replay)"
+            ));
+        }
         let dev = snap.segments.first().map_or(0, |s| s.device);
         let stats = state::state_stats(&snap, dev).map_err(|e| e.to_string())?;
         if args.json {
@@ -126,18 +155,16 @@ fn run_replay(args: ReplayArgs) -> Result<(), String> {
                 "allocated_bytes": snap.allocated_bytes(),
                 "memory_stats": stats.memory_stats(),
             });
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
-            );
+            let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+            let _ = writeln!(out, "{text}");
         } else {
-            print!("{}", report::describe_file(&name, &snap, None));
-            println!(
-                "  state only: no history to replay; the dump's state as memory_summary() reports it:\n"
+            out.push_str(&report::describe_file(&name, &snap, None));
+            out.push_str(
+                "  state only: no history to replay; the dump's state as memory_summary() reports it:\n\n",
             );
-            print!("{}", c10_cuda::summary::memory_summary(dev, &stats, false));
+            out.push_str(&c10_cuda::summary::memory_summary(dev, &stats, false));
         }
-        return Ok(());
+        return Ok(out);
     };
 
     let total = snap.traces[device].len() as u64;
@@ -202,41 +229,36 @@ fn run_replay(args: ReplayArgs) -> Result<(), String> {
     }
     if args.json {
         let doc = JsonReport::new(&name, device, &main, &sweep_rows);
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
-        );
-        return Ok(());
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+        let _ = writeln!(out, "{text}");
+        return Ok(out);
     }
-    print!("{}", report::describe_file(&name, &snap, Some(device)));
+    out.push_str(&report::describe_file(&name, &snap, Some(device)));
     if main.parity.is_some() {
-        print!("{}", report::parity_text(&main));
+        out.push_str(&report::parity_text(&main));
     } else if sweep_rows.is_empty() {
-        print!(
-            "{}",
-            report::sweep_table(std::slice::from_ref(&main), capacity)
-        );
+        out.push_str(&report::sweep_table(std::slice::from_ref(&main), capacity));
     }
     if main.parity.is_none() && main.skipped_frees > 0 {
-        {
-            println!(
-                "  {} frees of blocks allocated before the trace began were skipped",
-                main.skipped_frees
-            );
-        }
+        let _ = writeln!(
+            out,
+            "  {} frees of blocks allocated before the trace began were skipped",
+            main.skipped_frees
+        );
     }
     if !sweep_rows.is_empty() {
-        print!("{}", report::sweep_table(&sweep_rows, capacity));
+        out.push_str(&report::sweep_table(&sweep_rows, capacity));
     }
-    print!("{}", report::summaries(&main, device as u8));
+    out.push_str(&report::summaries(&main, device as u8));
     if let Some(p) = &args.plot {
-        println!("\nplot written to {}", p.display());
+        let _ = writeln!(out, "\nplot written to {}", p.display());
     }
     if let Some(p) = &args.dump {
-        println!(
+        let _ = writeln!(
+            out,
             "snapshot written to {} (open it at https://pytorch.org/memory_viz)",
             p.display()
         );
     }
-    Ok(())
+    Ok(out)
 }

@@ -11,7 +11,8 @@ use crate::report::config_label;
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// Draws the series of `outcomes` (each replayed with `series` on) into `path` (`.svg`).
-/// The x axis is the event index, or the recorded time in seconds when every point has one.
+/// The x axis is the event index, or the recorded time in seconds since the first point when
+/// every point has one.
 ///
 /// # Errors
 /// A message when the extension is not `.svg`, a series is missing, or drawing fails.
@@ -31,9 +32,14 @@ pub fn plot(path: &Path, title: &str, outcomes: &[&Outcome]) -> Result<(), Strin
     let use_time = outcomes
         .iter()
         .all(|o| o.series.iter().all(|p| p.time_us.is_some()));
+    let t0 = outcomes
+        .iter()
+        .flat_map(|o| o.series.iter().filter_map(|p| p.time_us))
+        .min()
+        .unwrap_or(0);
     let x_of = |p: &crate::replay::SeriesPoint| -> f64 {
         if use_time {
-            p.time_us.unwrap_or(0) as f64 / 1e6
+            p.time_us.unwrap_or(0).saturating_sub(t0) as f64 / 1e6
         } else {
             p.index as f64
         }

@@ -236,7 +236,9 @@ pub fn replay(
         r.alloc
             .record_history(events.len() * 4 + 1024, Clock::Logical);
     }
-    r.sample(0, None, opts.series);
+    // The starting point carries the first event's time, so a fully timed trace plots on a
+    // time axis.
+    r.sample(0, events.first().and_then(|e| e.time_us), opts.series);
     r.lower_bound = r.live_bytes;
 
     let total = events.len();
