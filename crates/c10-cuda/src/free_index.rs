@@ -213,8 +213,31 @@ impl FreeIndex {
     }
 
     /// Inserts a key; false if it was present.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert(&mut self, k: SizeKey) -> bool {
+        // Fast path: the only stream, an allocated page, an empty class.
+        if k.size < EXACT_LIMIT {
+            if let [(id, f)] = self.streams.as_mut_slice() {
+                if *id == k.stream {
+                    let c = class_of(k.size);
+                    if let Some(page) = f.pages[c / PAGE].as_mut() {
+                        let list = &mut page[c % PAGE];
+                        if list.is_empty() {
+                            list.push((k.ptr, k.id));
+                            f.bitmap.set(c);
+                            self.len += 1;
+                            return true;
+                        }
+                    }
+                }
+            }
+        }
+        self.insert_slow(k)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn insert_slow(&mut self, k: SizeKey) -> bool {
         let f = self.stream_mut(k.stream);
         let inserted = if k.size < EXACT_LIMIT {
             let c = class_of(k.size);
@@ -240,8 +263,33 @@ impl FreeIndex {
     }
 
     /// Removes a key; false if it was absent.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn remove(&mut self, k: &SizeKey) -> bool {
+        // Fast path: the only stream, a class holding just this block.
+        if k.size < EXACT_LIMIT {
+            if let [(id, f)] = self.streams.as_mut_slice() {
+                if *id == k.stream {
+                    let c = class_of(k.size);
+                    if let Some(page) = f.pages[c / PAGE].as_mut() {
+                        let list = &mut page[c % PAGE];
+                        if let [only] = list.as_slice() {
+                            if *only == (k.ptr, k.id) {
+                                list.clear();
+                                f.bitmap.clear(c);
+                                self.len -= 1;
+                                return true;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.remove_slow(k)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn remove_slow(&mut self, k: &SizeKey) -> bool {
         let Some(i) = self.streams.iter().position(|(id, _)| *id == k.stream) else {
             return false;
         };
