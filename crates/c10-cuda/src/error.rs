@@ -23,6 +23,13 @@ pub enum Error {
         /// The device whose allocator was asked.
         device: u8,
     },
+    /// A pointer that no device of the multi-device front has handed out (freed twice, or
+    /// foreign).
+    #[error("pointer {ptr:#x} is not an allocated block of any device's caching allocator")]
+    UnknownPointer {
+        /// The address given.
+        ptr: DevicePtr,
+    },
     /// A device index with no allocator behind it.
     #[error("no caching allocator for device {device}: {count} device(s) configured")]
     InvalidDevice {

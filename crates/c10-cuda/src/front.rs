@@ -153,13 +153,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// address is ignored.
     ///
     /// # Errors
-    /// [`Error::InvalidPointer`] when `ptr` is not live (freed twice, or never allocated here).
+    /// [`Error::UnknownPointer`] when `ptr` is not live (freed twice, or never allocated here).
     pub fn raw_delete(&self, ptr: DevicePtr) -> Result<()> {
         if ptr == 0 {
             return Ok(());
         }
         let Some(device) = self.shard(ptr).lock().remove(&ptr) else {
-            return Err(Error::InvalidPointer { ptr, device: 0 });
+            return Err(Error::UnknownPointer { ptr });
         };
         self.dev(device)?.lock().free(ptr)
     }
@@ -169,13 +169,13 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             .lock()
             .get(&ptr)
             .copied()
-            .ok_or(Error::InvalidPointer { ptr, device: 0 })
+            .ok_or(Error::UnknownPointer { ptr })
     }
 
     /// Marks `ptr`'s block as used on `stream` (PyTorch's `recordStream`).
     ///
     /// # Errors
-    /// [`Error::InvalidPointer`] when `ptr` is not live.
+    /// [`Error::UnknownPointer`] when `ptr` is not live.
     pub fn record_stream(&self, ptr: DevicePtr, stream: StreamId) -> Result<()> {
         let device = self.owner(ptr)?;
         self.dev(device)?.lock().record_stream(ptr, stream)
@@ -185,7 +185,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// `getBaseAllocation`).
     ///
     /// # Errors
-    /// [`Error::InvalidPointer`] when `ptr` is not live.
+    /// [`Error::UnknownPointer`] when `ptr` is not live.
     pub fn get_base_allocation(&self, ptr: DevicePtr) -> Result<(DevicePtr, usize)> {
         let device = self.owner(ptr)?;
         self.dev(device)?.lock().get_base_allocation(ptr)
