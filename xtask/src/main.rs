@@ -19,6 +19,11 @@ tasks:
               fails (non-zero) when no driver or no device is found
   valgrind    run the unsafe-heavy crates' tests under valgrind memcheck
   bench [F]   run the criterion benchmarks (optionally only those matching F)
+  bench engine [--peer starpu]
+              the engine's criterion bench, then engine-bench (W1..W4 x naive/pooled/
+              per-device, 2 workers, 5 passes) with a table of medians; --peer starpu also
+              builds and runs the same workloads on StarPU (needs libstarpu-dev)
+  loom        the engine's loom models (RUSTFLAGS=\"--cfg loom\", release, own target dir)
   soak        run the caching allocator's property test for 10 million random steps
   help        this text
 ";
@@ -34,7 +39,11 @@ fn main() -> ExitCode {
         "ci" => tasks::ci(),
         "gpu-test" => tasks::gpu_test(),
         "valgrind" => tasks::valgrind(),
+        "bench" if rest.first().map(String::as_str) == Some("engine") => {
+            tasks::bench_engine(&rest[1..])
+        }
         "bench" => tasks::bench(rest),
+        "loom" => tasks::loom(),
         "soak" => tasks::soak(),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");

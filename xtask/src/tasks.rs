@@ -52,6 +52,8 @@ pub fn ci() -> TaskResult {
     tests.env("INSTA_UPDATE", "no");
     run("tests", tests)?;
 
+    loom()?;
+
     let mut doctests = cargo();
     doctests.args(["test", "--workspace", "--doc", "--locked"]);
     doctests.env("INSTA_UPDATE", "no");
@@ -167,6 +169,208 @@ pub fn bench(filter: &[String]) -> TaskResult {
     run("bench", c)
 }
 
+/// `cargo xtask loom`: the engine's loom models, built with `--cfg loom` in release mode in
+/// their own target directory (so the normal build is not invalidated).
+pub fn loom() -> TaskResult {
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir).join("loom"),
+        None => root().join("target").join("loom"),
+    };
+    let mut c = cargo();
+    c.args([
+        "test",
+        "-p",
+        "engine",
+        "--release",
+        "--locked",
+        "--test",
+        "loom_var",
+        "--test",
+        "loom_opr",
+    ])
+    .env("RUSTFLAGS", "--cfg loom")
+    .env("CARGO_TARGET_DIR", target);
+    run("loom", c)
+}
+
+/// MXNet's and StarPU's figures from the issue (2 cores, median us per task, first push to
+/// wait_for_all): per-device engine with 2 CPU workers, StarPU 1.3 lws, naive engine.
+const ENGINE_REFERENCE: [(&str, f64, f64, f64); 4] = [
+    ("W1", 0.87, 1.91, 0.39),
+    ("W2", 0.68, 2.65, 0.39),
+    ("W3", 1.90, 11.37, 0.42),
+    ("W4", 0.87, 1.86, 0.40),
+];
+
+/// Passes per engine and workload in `bench engine`.
+const ENGINE_BENCH_REPS: &str = "5";
+
+/// `cargo xtask bench engine [--peer starpu]`: the engine's criterion bench, then the
+/// `engine-bench` example on W1..W4 for each engine with 2 workers, then (with `--peer starpu`)
+/// the StarPU peer, and a table of median microseconds per task.
+pub fn bench_engine(args: &[String]) -> TaskResult {
+    let starpu = match args {
+        [] => false,
+        [flag, peer] if flag == "--peer" && peer == "starpu" => true,
+        _ => {
+            return Err(Failure {
+                step: "bench engine".into(),
+                reason: format!("unknown arguments {args:?} (expected: [--peer starpu])"),
+            });
+        }
+    };
+    let mut criterion = cargo();
+    criterion.args(["bench", "-p", "engine", "--bench", "workloads"]);
+    run("criterion", criterion)?;
+
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "-p",
+        "engine",
+        "--example",
+        "engine-bench",
+    ]);
+    run("build engine-bench", build)?;
+
+    let workloads = ["W1", "W2", "W3", "W4"];
+    let engines = ["naive", "pooled", "per-device"];
+    let mut medians: Vec<(String, String, f64)> = Vec::new();
+    for w in workloads {
+        for e in engines {
+            let mut c = cargo();
+            c.args([
+                "run",
+                "--release",
+                "--quiet",
+                "-p",
+                "engine",
+                "--example",
+                "engine-bench",
+                "--",
+            ])
+            .args([w, ENGINE_BENCH_REPS, "--threads", "2", "--engine", e]);
+            let m = run_json_bench(&format!("engine-bench {w} {e}"), c)?;
+            medians.push((w.to_string(), e.to_string(), m));
+        }
+    }
+    if starpu {
+        match build_starpu_peer()? {
+            Some(exe) => {
+                for w in workloads {
+                    let mut c = Command::new(&exe);
+                    c.args([w, ENGINE_BENCH_REPS, "--threads", "2"]);
+                    let m = run_json_bench(&format!("starpu {w}"), c)?;
+                    medians.push((w.to_string(), "starpu".to_string(), m));
+                }
+            }
+            None => eprintln!(
+                "\n(skipping the StarPU peer: libstarpu-dev is not installed; \
+                 Debian/Ubuntu: `apt-get install libstarpu-dev`)"
+            ),
+        }
+    }
+    let find = |w: &str, e: &str| {
+        medians
+            .iter()
+            .find(|(mw, me, _)| mw == w && me == e)
+            .map_or("-".to_string(), |(_, _, m)| format!("{m:.2}"))
+    };
+    println!(
+        "\nmedian us per task, 2 workers (ours measured now; MXNet and StarPU* from the issue)"
+    );
+    println!(
+        "| workload | naive | pooled | per-device | StarPU (now) | MXNet per-device* | StarPU* | MXNet naive* |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (w, mx, sp, mxn) in ENGINE_REFERENCE {
+        println!(
+            "| {w} | {} | {} | {} | {} | {mx:.2} | {sp:.2} | {mxn:.2} |",
+            find(w, "naive"),
+            find(w, "pooled"),
+            find(w, "per-device"),
+            find(w, "starpu"),
+        );
+    }
+    Ok(())
+}
+
+/// Runs a bench printing one JSON line per pass; echoes the lines and returns the median of
+/// `us_per_task`.
+fn run_json_bench(name: &str, mut cmd: Command) -> Result<f64, Failure> {
+    eprintln!("\n==> [{name}]");
+    let out = cmd.current_dir(root()).output().map_err(|e| Failure {
+        step: name.to_string(),
+        reason: e.to_string(),
+    })?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    print!("{stdout}");
+    if !out.status.success() {
+        return Err(Failure {
+            step: name.to_string(),
+            reason: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr)),
+        });
+    }
+    let mut values: Vec<f64> = stdout
+        .lines()
+        .filter_map(|l| json_number(l, "us_per_task"))
+        .collect();
+    if values.is_empty() {
+        return Err(Failure {
+            step: name.to_string(),
+            reason: "no us_per_task in the output".into(),
+        });
+    }
+    values.sort_by(f64::total_cmp);
+    Ok(values[values.len() / 2])
+}
+
+/// The number after `"key":` in a flat JSON line.
+fn json_number(line: &str, key: &str) -> Option<f64> {
+    let pat = format!("\"{key}\":");
+    let start = line.find(&pat)? + pat.len();
+    let rest = &line[start..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end].trim().parse().ok()
+}
+
+/// Builds `crates/engine/peer/starpu/starpu_bench.c` with `cc` and pkg-config; `None` when
+/// StarPU's development files are not installed.
+fn build_starpu_peer() -> Result<Option<std::path::PathBuf>, Failure> {
+    let pkg = ["starpu-1.4", "starpu-1.3"]
+        .into_iter()
+        .find(|p| tool_available("pkg-config", &["--exists", p]));
+    let Some(pkg) = pkg else {
+        return Ok(None);
+    };
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", pkg])
+        .output()
+        .map_err(|e| Failure {
+            step: "starpu flags".into(),
+            reason: e.to_string(),
+        })?;
+    let flags = String::from_utf8_lossy(&flags.stdout).into_owned();
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => root().join("target"),
+    };
+    std::fs::create_dir_all(&target).map_err(|e| Failure {
+        step: "starpu build".into(),
+        reason: e.to_string(),
+    })?;
+    let exe = target.join("starpu_bench");
+    let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    cc.current_dir(root())
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg("crates/engine/peer/starpu/starpu_bench.c")
+        .args(flags.split_whitespace());
+    run("build starpu peer", cc)?;
+    Ok(Some(exe))
+}
+
 /// `cargo xtask soak`: the allocator's property test at 10 million random steps.
 pub fn soak() -> TaskResult {
     let mut c = cargo();
@@ -199,7 +403,15 @@ fn test_executables(json_lines: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::test_executables;
+    use super::{json_number, test_executables};
+
+    #[test]
+    fn reads_numbers_from_bench_json_lines() {
+        let line = r#"{"workload":"W1","us_per_task":0.4321,"cpu_s":0.1}"#;
+        assert_eq!(json_number(line, "us_per_task"), Some(0.4321));
+        assert_eq!(json_number(line, "cpu_s"), Some(0.1));
+        assert_eq!(json_number(line, "missing"), None);
+    }
 
     #[test]
     fn finds_test_executables_only() {

@@ -1,0 +1,264 @@
+//! The naive engine (MXNet's `NaiveEngine`): every op runs inline in `push`, synchronously,
+//! with no dependency tracking beyond versions; errors are returned by the push itself (and
+//! therefore never stored on variables). For debugging and as the no-scheduling baseline.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use crate::context::Context;
+use crate::engine::{DeleteFn, Engine, EngineConfig, EngineKind, FnProperty};
+use crate::error::{EngineError, ErrorSlot, OpResult, Result};
+use crate::latch::Latch;
+use crate::opr::{Completion, CompletionSink, OpRef, Operator, OperatorFn, Task, op_error};
+use crate::stream::{RunContext, Stream, StreamKind, StreamProvider};
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering};
+use crate::threaded::next_id;
+use crate::var::{Grant, Var};
+
+/// The naive engine: runs each op inline in `push` (MXNet's `NaiveEngine`).
+///
+/// `push_async` blocks until the op's [`Completion`] is called (from any thread). Waits return
+/// at once (nothing is ever pending). `set_bulk_size` is recorded but changes nothing.
+pub struct NaiveEngine {
+    id: u64,
+    bulk_size: AtomicUsize,
+    stopped: AtomicBool,
+    provider: Arc<dyn StreamProvider>,
+    /// One stream per context, taken out while an op runs (a nested push makes its own).
+    streams: Mutex<Vec<StreamSlot>>,
+}
+
+impl std::fmt::Debug for NaiveEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NaiveEngine").field("id", &self.id).finish()
+    }
+}
+
+impl Default for NaiveEngine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A context's stream, absent while an op uses it.
+type StreamSlot = (Context, Option<Box<dyn Stream>>);
+
+/// Where a naive async op's completion lands.
+struct NaiveDone {
+    latch: Latch,
+    result: Mutex<Option<OpResult>>,
+}
+
+impl CompletionSink for NaiveDone {
+    fn on_complete(
+        self: Arc<Self>,
+        _op: OpRef,
+        _inherited: Option<Arc<ErrorSlot>>,
+        result: OpResult,
+    ) {
+        *self.result.lock() = Some(result);
+        self.latch.set();
+    }
+}
+
+impl NaiveEngine {
+    /// A naive engine with the default stream provider.
+    pub fn new() -> Self {
+        Self::with_config(&EngineConfig::new(EngineKind::Naive))
+    }
+
+    /// A naive engine using `config.streams` (the other settings do not apply).
+    pub fn with_config(config: &EngineConfig) -> Self {
+        NaiveEngine {
+            id: next_id(),
+            bulk_size: AtomicUsize::new(config.bulk_size),
+            stopped: AtomicBool::new(false),
+            provider: Arc::clone(&config.streams),
+            streams: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn check(&self, vars: &[Var]) -> Result<()> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(EngineError::Stopped);
+        }
+        for v in vars {
+            if v.0.owner != self.id {
+                return Err(EngineError::ForeignVar { var: v.id() });
+            }
+            if v.0.deleted.load(Ordering::Acquire) {
+                return Err(EngineError::VarDeleted { var: v.id() });
+            }
+        }
+        Ok(())
+    }
+
+    fn take_stream(&self, ctx: Context) -> Box<dyn Stream> {
+        let mut streams = self.streams.lock();
+        match streams.iter_mut().find(|(c, _)| *c == ctx) {
+            Some((_, slot)) => slot.take(),
+            None => {
+                streams.push((ctx, None));
+                None
+            }
+        }
+        .unwrap_or_else(|| self.provider.new_stream(ctx, StreamKind::Compute))
+    }
+
+    fn put_stream(&self, ctx: Context, stream: Box<dyn Stream>) {
+        let mut streams = self.streams.lock();
+        if let Some((_, slot)) = streams.iter_mut().find(|(c, _)| *c == ctx)
+            && slot.is_none()
+        {
+            *slot = Some(stream);
+        }
+    }
+
+    /// Runs an op inline and bumps the versions of what it wrote.
+    fn run(&self, op: OpRef) -> Result<()> {
+        let mut stream = self.take_stream(op.ctx);
+        let mut rctx = RunContext {
+            ctx: op.ctx,
+            stream: &mut *stream,
+        };
+        let result: std::result::Result<(), EngineError> = if op.f.is_async() {
+            let done = Arc::new(NaiveDone {
+                latch: Latch::new(),
+                result: Mutex::new(None),
+            });
+            let sink: Arc<dyn CompletionSink> = Arc::clone(&done) as Arc<dyn CompletionSink>;
+            let completion = Completion::new(Arc::clone(&op), sink, None);
+            let _ = catch_unwind(AssertUnwindSafe(|| op.f.call(&mut rctx, Some(completion))));
+            done.latch.wait();
+            let result = done.result.lock().take().unwrap_or(Ok(()));
+            result.map_err(|e| op_error(op.name, e))
+        } else {
+            match catch_unwind(AssertUnwindSafe(|| op.f.call(&mut rctx, None))) {
+                Ok(Ok(())) => rctx.stream.synchronize().map_err(|e| op_error(op.name, e)),
+                Ok(Err(e)) => Err(op_error(op.name, e)),
+                Err(panic) => Err(EngineError::from_panic(op.name, panic)),
+            }
+        };
+        self.put_stream(op.ctx, stream);
+        let mut none: Vec<Grant<OpRef, Arc<Latch>>> = Vec::new();
+        for v in op.writes() {
+            let mut st = v.0.state.lock();
+            if st.queue.append_write(|| Arc::clone(&op)) {
+                st.queue.complete_write(&mut none);
+            }
+        }
+        result
+    }
+}
+
+impl Engine for NaiveEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Naive
+    }
+
+    fn new_variable(&self) -> Var {
+        Var::new(next_id(), self.id)
+    }
+
+    fn push_task(&self, task: Task) -> Result<()> {
+        self.check(task.op.vars.as_slice())?;
+        self.run(task.op)
+    }
+
+    fn delete_variable(&self, var: &Var, ctx: Context, delete_fn: Option<DeleteFn>) -> Result<()> {
+        self.check(std::slice::from_ref(var))?;
+        var.0.deleted.store(true, Ordering::Release);
+        let opts = crate::engine::PushOptions {
+            ctx,
+            prop: FnProperty::DeleteVar,
+            priority: 0,
+            name: "DeleteVariable",
+        };
+        let task = Task::sync(
+            move |rctx: &mut RunContext<'_>| {
+                if let Some(f) = delete_fn {
+                    f(rctx);
+                }
+                Ok(())
+            },
+            &[],
+            std::slice::from_ref(var),
+            opts,
+        );
+        self.run(task.op)
+    }
+
+    fn new_operator(
+        &self,
+        f: OperatorFn,
+        const_vars: &[Var],
+        mutable_vars: &[Var],
+        prop: FnProperty,
+        name: &'static str,
+    ) -> Result<Operator> {
+        for v in const_vars.iter().chain(mutable_vars) {
+            if v.0.owner != self.id {
+                return Err(EngineError::ForeignVar { var: v.id() });
+            }
+        }
+        Ok(Operator::new(
+            f,
+            const_vars,
+            mutable_vars,
+            prop,
+            name,
+            self.id,
+        ))
+    }
+
+    fn push(&self, op: &Operator, ctx: Context, priority: i32) -> Result<()> {
+        self.push_task(op.task(ctx, priority)?)
+    }
+
+    fn wait_for_var(&self, var: &Var) -> Result<()> {
+        self.check_owner(var)
+    }
+
+    fn wait_to_write(&self, var: &Var) -> Result<()> {
+        self.check_owner(var)
+    }
+
+    fn wait_for_all(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn throw(&self, var: &Var) -> Result<()> {
+        self.check_owner(var)
+    }
+
+    fn set_bulk_size(&self, n: usize) -> usize {
+        self.bulk_size.swap(n, Ordering::Relaxed)
+    }
+
+    fn bulk_size(&self) -> usize {
+        self.bulk_size.load(Ordering::Relaxed)
+    }
+
+    fn stop(&self) -> Result<()> {
+        self.stopped.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn start(&self) {
+        self.stopped.store(false, Ordering::Release);
+    }
+
+    fn num_pending(&self) -> usize {
+        0
+    }
+}
+
+impl NaiveEngine {
+    fn check_owner(&self, var: &Var) -> Result<()> {
+        if var.0.owner == self.id {
+            Ok(())
+        } else {
+            Err(EngineError::ForeignVar { var: var.id() })
+        }
+    }
+}
