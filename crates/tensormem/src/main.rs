@@ -17,6 +17,8 @@ use tensormem::report::{self, JsonReport};
 use tensormem::size::parse_size;
 use tensormem::{demo, load, plot, state, sweep};
 
+mod dtr;
+
 /// Replay real PyTorch memory snapshots through a Rust re-implementation of PyTorch's CUDA
 /// caching allocator, and report what happened and what would happen under other settings.
 #[derive(Parser)]
@@ -32,6 +34,8 @@ enum Command {
     Replay(ReplayArgs),
     /// Run the built-in demo workload (a small transformer training step); the default.
     Demo,
+    /// Simulate Dynamic Tensor Rematerialization on a DTR operator log under hard budgets.
+    Dtr(dtr::DtrArgs),
 }
 
 #[derive(clap::Args)]
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
                 .and_then(|()| emit(&out))
         }
         Some(Command::Replay(args)) => run_replay(args).and_then(|out| emit(out.as_bytes())),
+        Some(Command::Dtr(args)) => dtr::run(&args).and_then(|out| emit(out.as_bytes())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

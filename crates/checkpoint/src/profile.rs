@@ -1,0 +1,29 @@
+//! Profiling counters (the prototype's base/remat compute and search time, simrd's telemetry
+//! summary).
+
+/// What a runtime has done so far. Times are ns; compute times are the operators' costs
+/// (measured or logged), search time is wall-clock time spent choosing victims.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Profile {
+    /// Compute of the program's own calls, ns (simrd's `model_compute`, the prototype's base
+    /// compute time).
+    pub base_compute_ns: u64,
+    /// Compute spent rematerializing, ns (simrd's `remat_compute`).
+    pub remat_compute_ns: u64,
+    /// Wall-clock time spent in the eviction search, ns (the prototype's search time).
+    pub search_ns: u64,
+    /// Storages evicted by the heuristic under budget pressure.
+    pub evictions: u64,
+    /// Storages evicted because their last reference died (eager eviction).
+    pub eager_evictions: u64,
+    /// Storages freed for good (banishing).
+    pub banished: u64,
+    /// Calls rerun to rematerialize a tensor.
+    pub remats: u64,
+    /// Heuristic evaluations (simrd's `heuristic_eval_count`).
+    pub evaluations: u64,
+    /// Highest memory in bytes, duplicates of a running call included (simrd's `max_memory`).
+    pub peak_bytes: u64,
+    /// Bytes of constants created.
+    pub constant_bytes: u64,
+}

@@ -1,0 +1,1079 @@
+//! The DTR runtime core, generic over the [`Backend`] that owns storages and runs operators.
+//!
+//! It follows the rules of the paper's prototype and of simrd's runtime "V2 eager optimized"
+//! (the paper's simulator configuration):
+//! - an operator call locks its inputs' storages, rematerializes undefined inputs (recursively,
+//!   with an explicit stack, so chains of thousands of evicted tensors need no deep recursion),
+//!   makes room for its fresh outputs under the hard budget, runs, and unlocks;
+//! - storages (alias pools) are the unit of eviction; an evicted storage's tensors all become
+//!   undefined, and a view must rerun its (cheap) view op once its storage is back;
+//! - a multi-output call recomputes all outputs; outputs already in memory are computed again
+//!   and discarded (they count toward memory during the run, as in simrd);
+//! - constants and pinned storages are locked for good; locked storages are never evicted;
+//! - when a storage's last external reference dies it is evicted at once (eager eviction), or
+//!   freed for good (banishing), or kept ([`ReleasePolicy`]);
+//! - released and evicted tensors stay in the graph: they can be recomputed and they count in
+//!   e* and in the equivalence classes.
+
+use std::io::Write;
+
+use crate::backend::{Backend, RunRequest};
+use crate::error::{Error, Result};
+use crate::estar::EStar;
+use crate::graph::{NONE, Op, OpId, Storage, StorageId, StorageState, Tensor, TensorId};
+use crate::heuristic::{Heuristic, SplitMix64};
+use crate::log_writer::LogWriter;
+use crate::profile::Profile;
+use crate::union_find::UnionFind;
+
+/// What happens when a storage's last external reference dies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ReleasePolicy {
+    /// Evict it at once; it stays in the graph and can be recomputed (the paper's eager
+    /// eviction; simrd's `RuntimeV2Eager*`). The default.
+    #[default]
+    Eager,
+    /// Free it for good once no evicted tensor depends on it, and pin its children, which can
+    /// no longer be recomputed (simrd's banishing, `RuntimeV1`; also constants are freed).
+    Banish,
+    /// Leave it in memory until the heuristic evicts it (simrd's plain `RuntimeV2`).
+    Keep,
+}
+
+/// Settings of a [`Runtime`].
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The hard budget in bytes (`None`: unlimited). Memory never exceeds it.
+    pub budget: Option<u64>,
+    /// The eviction heuristic.
+    pub heuristic: Heuristic,
+    /// Scan about sqrt(n) random candidates instead of the whole pool (the prototype's
+    /// `toggle_sampling`; off in simrd).
+    pub sampling: bool,
+    /// Skip storages under 1% of the average storage size in the search (the prototype's
+    /// `toggle_ignore_small_tensors`; off in simrd).
+    pub ignore_small_tensors: bool,
+    /// What a release that drops the last reference does.
+    pub release: ReleasePolicy,
+    /// Stop with [`Error::Thrashing`] once rematerialization compute exceeds this many ns
+    /// (simrd's `remat_limit`).
+    pub remat_limit_ns: Option<u64>,
+    /// Refuse in-place updates of tensors whose storage has other live tensors (the
+    /// prototype's rule; the simulator of logs does not refuse).
+    pub refuse_aliased_mutation: bool,
+    /// Seed of the random choices (sampling, the random heuristic).
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            budget: None,
+            heuristic: Heuristic::DtrEq,
+            sampling: false,
+            ignore_small_tensors: false,
+            release: ReleasePolicy::Eager,
+            remat_limit_ns: None,
+            refuse_aliased_mutation: true,
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// One output of an operator call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputSpec {
+    /// Bytes of its fresh storage (ignored for an alias).
+    pub bytes: u64,
+    /// `Some(i)`: a view sharing the storage of input `i`.
+    pub alias: Option<usize>,
+}
+
+impl OutputSpec {
+    /// An output with a fresh storage of `bytes`.
+    pub fn fresh(bytes: u64) -> Self {
+        OutputSpec { bytes, alias: None }
+    }
+
+    /// An output sharing the storage of input `index`.
+    pub fn alias_of(index: usize) -> Self {
+        OutputSpec {
+            bytes: 0,
+            alias: Some(index),
+        }
+    }
+}
+
+/// An operator call to record and run.
+#[derive(Clone, Copy, Debug)]
+pub struct OpSpec<'a> {
+    /// The operator's cost in ns if known (the log's TIME), else 0: the backend's first run
+    /// measures it.
+    pub cost: u64,
+    /// Input tensors.
+    pub args: &'a [TensorId],
+    /// Outputs.
+    pub outputs: &'a [OutputSpec],
+}
+
+/// The outputs of one call: consecutive tensor ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outputs {
+    first: u32,
+    count: u32,
+}
+
+impl Outputs {
+    /// Number of outputs.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether the call has no outputs.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Output `i`.
+    ///
+    /// # Panics
+    /// When `i` is out of range.
+    pub fn get(&self, i: usize) -> TensorId {
+        assert!(i < self.count as usize, "output {i} of {}", self.count);
+        TensorId(self.first + i as u32)
+    }
+
+    /// All outputs in order.
+    pub fn iter(&self) -> impl Iterator<Item = TensorId> + use<> {
+        let first = self.first;
+        (first..first + self.count).map(TensorId)
+    }
+}
+
+/// Why a storage leaves memory (for the counters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EvictReason {
+    Heuristic,
+    Eager,
+}
+
+/// A pending materialization on the explicit stack.
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    tensor: TensorId,
+    remat: bool,
+    /// Undefined inputs (snapshot) in `pending[undef_start..undef_end]`.
+    undef_start: u32,
+    undef_end: u32,
+    /// Next undefined input to handle.
+    next: u32,
+    /// Locks this frame holds: `lock_stack[lock_start..]` (for unwinding on errors).
+    lock_start: u32,
+}
+
+/// The DTR runtime: graph, pool, budget, heuristic and counters over a [`Backend`].
+pub struct Runtime<B: Backend> {
+    pub(crate) backend: B,
+    pub(crate) config: Config,
+    pub(crate) ops: Vec<Op>,
+    pub(crate) tensors: Vec<Tensor>,
+    pub(crate) storages: Vec<Storage>,
+    /// The eviction pool: material, unlocked, unpinned storages (unordered; `pool_seq` keeps
+    /// the order simrd's list would have).
+    pub(crate) pool: Vec<StorageId>,
+    pub(crate) pool_seq: u64,
+    pub(crate) eq: UnionFind,
+    pub(crate) estar: EStar,
+    /// Simulated time in ns: 1 + all compute so far, rematerialization included (simrd's
+    /// `clock`).
+    pub(crate) clock: u64,
+    /// Bytes in memory (material storages plus duplicates during a run).
+    pub(crate) memory: u64,
+    pub(crate) profile: Profile,
+    pub(crate) rng: SplitMix64,
+    /// Sum and count of fresh storage sizes (for the small-tensor filter).
+    pub(crate) size_sum: u128,
+    pub(crate) size_count: u64,
+    pub(crate) log: Option<LogWriter<Box<dyn Write + Send>>>,
+    frames: Vec<Frame>,
+    pending: Vec<TensorId>,
+    lock_stack: Vec<StorageId>,
+    scratch_dups: Vec<TensorId>,
+    scratch_new: Vec<TensorId>,
+    scratch_storages: Vec<StorageId>,
+    scratch_outs: Vec<TensorId>,
+    scratch_out_storages: Vec<StorageId>,
+    pub(crate) scratch_roots: Vec<u32>,
+}
+
+impl<B: Backend> Runtime<B> {
+    /// A runtime with `config` over `backend`.
+    pub fn new(backend: B, config: Config) -> Self {
+        let rng = SplitMix64::new(config.seed);
+        let estar = EStar::new(config.heuristic.uses_estar());
+        Runtime {
+            backend,
+            config,
+            ops: Vec::new(),
+            tensors: Vec::new(),
+            storages: Vec::new(),
+            pool: Vec::new(),
+            pool_seq: 0,
+            eq: UnionFind::new(),
+            estar,
+            clock: 1,
+            memory: 0,
+            profile: Profile::default(),
+            rng,
+            size_sum: 0,
+            size_count: 0,
+            log: None,
+            frames: Vec::new(),
+            pending: Vec::new(),
+            lock_stack: Vec::new(),
+            scratch_dups: Vec::new(),
+            scratch_new: Vec::new(),
+            scratch_storages: Vec::new(),
+            scratch_outs: Vec::new(),
+            scratch_out_storages: Vec::new(),
+            scratch_roots: Vec::new(),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The backend, mutably.
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    /// Consumes the runtime and returns its backend.
+    pub fn into_backend(self) -> B {
+        self.backend
+    }
+
+    /// The counters.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// Bytes in memory now.
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory
+    }
+
+    /// Simulated time in ns: 1 + all compute so far (simrd's `clock`).
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// Number of tensors ever created.
+    pub fn tensor_count(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Number of storages ever created.
+    pub fn storage_count(&self) -> usize {
+        self.storages.len()
+    }
+
+    /// Number of storages that can be evicted now.
+    pub fn pool_len(&self) -> usize {
+        self.pool.len()
+    }
+
+    /// The storage of `t`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTensor`].
+    pub fn storage_of(&self, t: TensorId) -> Result<StorageId> {
+        Ok(self.tensor(t)?.storage)
+    }
+
+    /// Whether `t`'s value is in memory.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTensor`].
+    pub fn is_defined(&self, t: TensorId) -> Result<bool> {
+        Ok(self.tensor(t)?.defined)
+    }
+
+    /// The state of `s`, or `None` for an unknown id.
+    pub fn storage_state(&self, s: StorageId) -> Option<StorageState> {
+        self.storages.get(s.index()).map(|x| x.state)
+    }
+
+    /// Bytes of `s`, or `None` for an unknown id.
+    pub fn storage_bytes(&self, s: StorageId) -> Option<u64> {
+        self.storages.get(s.index()).map(|x| x.size)
+    }
+
+    /// Whether `t` is a view sharing an existing storage.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTensor`].
+    pub fn is_alias(&self, t: TensorId) -> Result<bool> {
+        Ok(self.tensor(t)?.is_alias)
+    }
+
+    /// External references of `t`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTensor`].
+    pub fn ext_refs(&self, t: TensorId) -> Result<u32> {
+        Ok(self.tensor(t)?.ext_refs)
+    }
+
+    pub(crate) fn tensor(&self, t: TensorId) -> Result<&Tensor> {
+        self.tensors.get(t.index()).ok_or(Error::UnknownTensor(t))
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Recording calls.
+
+    /// Records the call `spec` and runs it (rematerializing evicted inputs, evicting under the
+    /// budget first). Each output starts with one external reference.
+    ///
+    /// # Errors
+    /// [`Error::NoOutputs`], [`Error::UnknownTensor`] or [`Error::BadAlias`] for a malformed
+    /// call (nothing recorded);
+    /// [`Error::OutOfMemory`], [`Error::Thrashing`], [`Error::Banished`] or
+    /// [`Error::Backend`] when running fails (the call stays recorded but not computed).
+    pub fn compute(&mut self, spec: OpSpec<'_>) -> Result<Outputs> {
+        if spec.outputs.is_empty() {
+            return Err(Error::NoOutputs);
+        }
+        for &a in spec.args {
+            self.tensor(a)?;
+        }
+        for (i, o) in spec.outputs.iter().enumerate() {
+            if let Some(index) = o.alias {
+                if index >= spec.args.len() {
+                    return Err(Error::BadAlias {
+                        output: i,
+                        index,
+                        args: spec.args.len(),
+                    });
+                }
+            }
+        }
+        let outputs = self.record(spec);
+        self.materialize(outputs.get(0), false)?;
+        for t in outputs.iter() {
+            let s = self.tensors[t.index()].storage;
+            self.storages[s.index()].last_access = self.clock;
+        }
+        Ok(outputs)
+    }
+
+    /// Adds the call and its outputs to the graph (all pending).
+    fn record(&mut self, spec: OpSpec<'_>) -> Outputs {
+        let op = OpId(self.ops.len() as u32);
+        let first = self.tensors.len() as u32;
+        let uses_eq = self.config.heuristic.uses_eq_classes();
+        let mut total = 0u64;
+        for o in spec.outputs {
+            let storage = match o.alias {
+                Some(i) => self.tensors[spec.args[i].index()].storage,
+                None => {
+                    let s = StorageId(self.storages.len() as u32);
+                    let mut st = Storage::new(o.bytes);
+                    if uses_eq {
+                        // simrd gives a new storage a class of value 0 before it is computed.
+                        st.eq_node = self.eq.make(0);
+                    }
+                    self.storages.push(st);
+                    self.estar.grow(self.storages.len());
+                    self.size_sum += o.bytes as u128;
+                    self.size_count += 1;
+                    total += o.bytes;
+                    s
+                }
+            };
+            let t = TensorId(self.tensors.len() as u32);
+            self.tensors.push(Tensor {
+                op,
+                storage,
+                size: if o.alias.is_some() { 0 } else { o.bytes },
+                defined: false,
+                is_alias: o.alias.is_some(),
+                ext_refs: 1,
+            });
+            let st = &mut self.storages[storage.index()];
+            st.tensors.push(t);
+            st.ext_refs += 1;
+            if st.last_op != op.0 {
+                st.last_op = op.0;
+                st.compute += spec.cost;
+                if st.state == StorageState::Evicted && self.estar.enabled() {
+                    // A view of an evicted storage: regions holding it now cost more.
+                    self.estar.on_state_change(storage);
+                }
+            }
+        }
+        self.ops.push(Op {
+            cost: spec.cost,
+            args: spec.args.to_vec(),
+            first_output: first,
+            outputs: spec.outputs.len() as u32,
+            total_size: total,
+        });
+        // Storage-level edges, and the banishing counts of the new (undefined) tensors.
+        let banish = self.config.release == ReleasePolicy::Banish;
+        for k in 0..spec.outputs.len() {
+            let so = self.tensors[first as usize + k].storage;
+            for &a in spec.args {
+                let sa = self.tensors[a.index()].storage;
+                if sa == so {
+                    continue;
+                }
+                crate::graph::push_neighbor(&mut self.storages[so.index()].parents, sa);
+                crate::graph::push_neighbor(&mut self.storages[sa.index()].children, so);
+                if self.estar.enabled() {
+                    self.estar.on_edge(&self.storages, so, sa);
+                }
+            }
+            if banish {
+                self.adjust_undefined_children(TensorId(first + k as u32), 1);
+            }
+        }
+        Outputs {
+            first,
+            count: spec.outputs.len() as u32,
+        }
+    }
+
+    /// A checkpointed constant of `bytes` (an input or a weight): computed at no cost,
+    /// counted in memory, pinned (never evicted). One external reference.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when it does not fit; [`Error::Backend`].
+    pub fn constant(&mut self, bytes: u64) -> Result<TensorId> {
+        let outs = self.compute(OpSpec {
+            cost: 0,
+            args: &[],
+            outputs: &[OutputSpec::fresh(bytes)],
+        })?;
+        let t = outs.get(0);
+        let s = self.tensors[t.index()].storage;
+        self.storages[s.index()].constant = true;
+        self.profile.constant_bytes += bytes;
+        self.pin(t)?;
+        Ok(t)
+    }
+
+    /// An in-place call (copy-on-write): each `mutated` input gets a new version, a fresh
+    /// storage of the input's storage size computed from all `args`; the caller's reference
+    /// moves from the old version to the new one (the old one is released). Returns the new
+    /// versions in `mutated` order.
+    ///
+    /// # Errors
+    /// [`Error::AliasedMutation`] when [`Config::refuse_aliased_mutation`] is on and another
+    /// tensor with external references shares a mutated input's storage; [`Error::BadAlias`]
+    /// for an index out of range; as [`Runtime::compute`] otherwise.
+    pub fn mutate(&mut self, cost: u64, args: &[TensorId], mutated: &[usize]) -> Result<Outputs> {
+        let mut outputs = Vec::with_capacity(mutated.len());
+        for (i, &m) in mutated.iter().enumerate() {
+            let Some(&a) = args.get(m) else {
+                return Err(Error::BadAlias {
+                    output: i,
+                    index: m,
+                    args: args.len(),
+                });
+            };
+            let s = self.tensor(a)?.storage;
+            if self.config.refuse_aliased_mutation {
+                let live = self.storages[s.index()]
+                    .tensors
+                    .iter()
+                    .filter(|&&u| u != a && self.tensors[u.index()].ext_refs > 0)
+                    .count();
+                if live > 0 {
+                    return Err(Error::AliasedMutation {
+                        tensor: a,
+                        storage: s,
+                        live_aliases: live,
+                    });
+                }
+            }
+            outputs.push(OutputSpec::fresh(self.storages[s.index()].size));
+        }
+        let outs = self.compute(OpSpec {
+            cost,
+            args,
+            outputs: &outputs,
+        })?;
+        for &m in mutated {
+            self.release(args[m])?;
+        }
+        Ok(outs)
+    }
+
+    /// Adds an external reference to `t` (a copy of the handle; simrd's `get`).
+    ///
+    /// # Errors
+    /// [`Error::UnknownTensor`]; [`Error::NoReference`] when its storage has no reference left.
+    pub fn get(&mut self, t: TensorId) -> Result<()> {
+        let s = self.tensor(t)?.storage;
+        if self.storages[s.index()].ext_refs == 0 {
+            return Err(Error::NoReference(t));
+        }
+        self.tensors[t.index()].ext_refs += 1;
+        self.storages[s.index()].ext_refs += 1;
+        Ok(())
+    }
+
+    /// Drops an external reference to `t`. When its storage has none left it is evicted at
+    /// once, banished or kept, as [`Config::release`] says.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTensor`]; [`Error::NoReference`] when `t` has no reference to drop;
+    /// [`Error::Backend`] when freeing fails.
+    pub fn release(&mut self, t: TensorId) -> Result<()> {
+        let s = self.tensor(t)?.storage;
+        if self.tensors[t.index()].ext_refs == 0 {
+            return Err(Error::NoReference(t));
+        }
+        self.tensors[t.index()].ext_refs -= 1;
+        let st = &mut self.storages[s.index()];
+        st.ext_refs -= 1;
+        if st.ext_refs > 0 {
+            return Ok(());
+        }
+        match self.config.release {
+            ReleasePolicy::Eager => {
+                if st.is_material() && !st.pinned && st.locks == 0 {
+                    self.evict(s, EvictReason::Eager)?;
+                }
+                Ok(())
+            }
+            ReleasePolicy::Banish => self.try_banish(s),
+            ReleasePolicy::Keep => Ok(()),
+        }
+    }
+
+    /// Pins `t`: rematerializes it if needed, then locks its storage for good (never evicted).
+    ///
+    /// # Errors
+    /// As [`Runtime::compute`] when rematerializing fails.
+    pub fn pin(&mut self, t: TensorId) -> Result<()> {
+        if !self.tensor(t)?.defined {
+            self.materialize(t, true)?;
+        }
+        let s = self.tensors[t.index()].storage;
+        if self.storages[s.index()].pinned {
+            return Ok(());
+        }
+        self.lock(s);
+        self.storages[s.index()].pinned = true;
+        Ok(())
+    }
+
+    /// Makes `t`'s value available (rematerializing it and its evicted ancestors).
+    ///
+    /// # Errors
+    /// As [`Runtime::compute`] when rematerializing fails.
+    pub fn rematerialize(&mut self, t: TensorId) -> Result<()> {
+        if !self.tensor(t)?.defined {
+            self.materialize(t, true)?;
+        }
+        Ok(())
+    }
+
+    /// Changes the budget; with a lower one, evicts until memory fits at once.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when memory cannot get under the new budget (the budget is set
+    /// anyway; the next allocation keeps trying).
+    pub fn set_budget(&mut self, budget: Option<u64>) -> Result<()> {
+        self.config.budget = budget;
+        self.make_room(0)
+    }
+
+    /// Changes the heuristic (equivalence classes and e* caches start from the current state).
+    pub fn set_heuristic(&mut self, heuristic: Heuristic) {
+        if heuristic.uses_eq_classes() && !self.config.heuristic.uses_eq_classes() {
+            for i in 0..self.storages.len() {
+                if matches!(
+                    self.storages[i].state,
+                    StorageState::Evicted | StorageState::Pending
+                ) {
+                    let value = if self.storages[i].state == StorageState::Evicted {
+                        self.storages[i].compute as i64
+                    } else {
+                        0
+                    };
+                    self.storages[i].eq_node = self.eq.make(value);
+                }
+            }
+        }
+        self.config.heuristic = heuristic;
+        self.estar
+            .set_enabled(heuristic.uses_estar(), self.storages.len());
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Locks and the pool.
+
+    pub(crate) fn lock(&mut self, s: StorageId) {
+        debug_assert!(
+            self.storages[s.index()].is_material(),
+            "lock of immaterial {s}"
+        );
+        if self.storages[s.index()].locks == 0 {
+            self.pool_remove(s);
+        }
+        self.storages[s.index()].locks += 1;
+    }
+
+    pub(crate) fn unlock(&mut self, s: StorageId) {
+        let st = &mut self.storages[s.index()];
+        debug_assert!(st.locks > 0, "unlock of unlocked {s}");
+        st.locks -= 1;
+        if st.locks == 0 && st.is_material() {
+            self.pool_insert(s);
+        }
+    }
+
+    pub(crate) fn pool_insert(&mut self, s: StorageId) {
+        let st = &mut self.storages[s.index()];
+        if st.pool_slot != NONE {
+            return;
+        }
+        st.pool_slot = self.pool.len() as u32;
+        st.pool_seq = self.pool_seq;
+        self.pool_seq += 1;
+        self.pool.push(s);
+    }
+
+    pub(crate) fn pool_remove(&mut self, s: StorageId) {
+        let slot = self.storages[s.index()].pool_slot;
+        if slot == NONE {
+            return;
+        }
+        self.pool.swap_remove(slot as usize);
+        if let Some(&moved) = self.pool.get(slot as usize) {
+            self.storages[moved.index()].pool_slot = slot;
+        }
+        self.storages[s.index()].pool_slot = NONE;
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Materialization.
+
+    /// Materializes `t` (which must be undefined): the iterative form of simrd's
+    /// `_materialize`. On error every lock taken here is released again.
+    pub(crate) fn materialize(&mut self, t: TensorId, remat: bool) -> Result<()> {
+        let base = self.frames.len();
+        if let Err(e) = self.push_frame(t, remat) {
+            self.unwind(base);
+            return Err(e);
+        }
+        loop {
+            let top = self.frames.len() - 1;
+            let f = self.frames[top];
+            if f.next < f.undef_end {
+                let a = self.pending[f.next as usize];
+                if !self.tensors[a.index()].defined {
+                    if let Err(e) = self.push_frame(a, true) {
+                        self.unwind(base);
+                        return Err(e);
+                    }
+                    continue;
+                }
+                let s = self.tensors[a.index()].storage;
+                self.lock(s);
+                self.lock_stack.push(s);
+                self.frames[top].next += 1;
+                continue;
+            }
+            if let Err(e) = self.finish_frame(f) {
+                self.unwind(base);
+                return Err(e);
+            }
+            self.frames.pop();
+            self.pending.truncate(f.undef_start as usize);
+            if self.frames.len() == base {
+                return Ok(());
+            }
+            // The parent frame's current input is now defined: lock it and move on.
+            let top = self.frames.len() - 1;
+            let a = self.pending[self.frames[top].next as usize];
+            let s = self.tensors[a.index()].storage;
+            self.lock(s);
+            self.lock_stack.push(s);
+            self.frames[top].next += 1;
+        }
+    }
+
+    /// Steps 1–2 of simrd's `_materialize`: touch the inputs, lock the defined ones, note the
+    /// undefined ones.
+    fn push_frame(&mut self, t: TensorId, remat: bool) -> Result<()> {
+        let op = self.tensors[t.index()].op;
+        let s = self.tensors[t.index()].storage;
+        if self.storages[s.index()].state == StorageState::Banished {
+            return Err(Error::Banished(t));
+        }
+        let only_referenced = self.config.release == ReleasePolicy::Banish;
+        let nargs = self.ops[op.index()].args.len();
+        for i in 0..nargs {
+            let a = self.ops[op.index()].args[i];
+            let sa = self.tensors[a.index()].storage;
+            let st = &mut self.storages[sa.index()];
+            if !only_referenced || st.ext_refs > 0 {
+                st.last_access = self.clock;
+            }
+        }
+        let lock_start = self.lock_stack.len() as u32;
+        for i in 0..nargs {
+            let a = self.ops[op.index()].args[i];
+            if self.tensors[a.index()].defined {
+                let sa = self.tensors[a.index()].storage;
+                self.lock(sa);
+                self.lock_stack.push(sa);
+            }
+        }
+        let undef_start = self.pending.len() as u32;
+        for i in 0..nargs {
+            let a = self.ops[op.index()].args[i];
+            if !self.tensors[a.index()].defined {
+                self.pending.push(a);
+            }
+        }
+        let undef_end = self.pending.len() as u32;
+        self.frames.push(Frame {
+            tensor: t,
+            remat,
+            undef_start,
+            undef_end,
+            next: undef_start,
+            lock_start,
+        });
+        Ok(())
+    }
+
+    /// Steps 4–7: make room, run, unlock, check the rematerialization limit.
+    fn finish_frame(&mut self, f: Frame) -> Result<()> {
+        let op = self.tensors[f.tensor.index()].op;
+        let total = self.charge_of(op);
+        self.make_room(total)?;
+        self.run_op(f.tensor, f.remat)?;
+        let nargs = self.ops[op.index()].args.len();
+        for i in 0..nargs {
+            let a = self.ops[op.index()].args[i];
+            let sa = self.tensors[a.index()].storage;
+            self.unlock(sa);
+        }
+        self.lock_stack.truncate(f.lock_start as usize);
+        if self.config.release == ReleasePolicy::Banish {
+            for i in 0..nargs {
+                let a = self.ops[op.index()].args[i];
+                let sa = self.tensors[a.index()].storage;
+                self.try_banish(sa)?;
+            }
+        }
+        if let Some(limit) = self.config.remat_limit_ns {
+            if self.profile.remat_compute_ns > limit {
+                return Err(Error::Thrashing {
+                    remat_ns: self.profile.remat_compute_ns,
+                    limit_ns: limit,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes the budget must find for `op`'s fresh outputs: their sizes, or what the
+    /// backend's allocator will charge for each when it does the accounting.
+    fn charge_of(&self, op: OpId) -> u64 {
+        let o = &self.ops[op.index()];
+        if self.backend.allocated_bytes().is_none() {
+            return o.total_size;
+        }
+        (o.first_output..o.first_output + o.outputs)
+            .map(|k| &self.tensors[k as usize])
+            .filter(|t| !t.is_alias && t.size > 0)
+            .map(|t| self.backend.charged_bytes(t.size))
+            .sum()
+    }
+
+    /// Releases the locks of every frame above `base` and drops those frames.
+    fn unwind(&mut self, base: usize) {
+        while self.frames.len() > base {
+            let f = self.frames.pop().expect("frame");
+            while self.lock_stack.len() > f.lock_start as usize {
+                let s = self.lock_stack.pop().expect("lock");
+                self.unlock(s);
+            }
+            self.pending.truncate(f.undef_start as usize);
+        }
+    }
+
+    /// simrd's `_compute`: run the call of `t`, define `t` and its undefined siblings, account
+    /// memory, make the new storages evictable, update classes and e* caches.
+    fn run_op(&mut self, t: TensorId, remat: bool) -> Result<()> {
+        let op = self.tensors[t.index()].op;
+        let (first, count, total) = {
+            let o = &self.ops[op.index()];
+            (o.first_output, o.outputs, o.total_size)
+        };
+        let mut dups = std::mem::take(&mut self.scratch_dups);
+        let mut newly = std::mem::take(&mut self.scratch_new);
+        let mut fresh = std::mem::take(&mut self.scratch_storages);
+        dups.clear();
+        newly.clear();
+        fresh.clear();
+        let mut dup_bytes = 0u64;
+        for k in first..first + count {
+            let u = TensorId(k);
+            if u == t {
+                continue;
+            }
+            if self.tensors[k as usize].defined {
+                dups.push(u);
+                dup_bytes += self.tensors[k as usize].size;
+            } else {
+                newly.push(u);
+            }
+        }
+        newly.push(t);
+        for &u in &newly {
+            let s = self.tensors[u.index()].storage;
+            if !self.storages[s.index()].is_material() && !fresh.contains(&s) {
+                fresh.push(s);
+            }
+        }
+        // Memory: every fresh output of the call, duplicates included, until the run ends.
+        self.memory += total;
+        if self.memory > self.profile.peak_bytes {
+            self.profile.peak_bytes = self.memory;
+        }
+        let mut result = Ok(());
+        for &s in &fresh {
+            let bytes = self.storages[s.index()].size;
+            if let Err(e) = self.backend.allocate(s, bytes) {
+                result = Err(Error::Backend(e));
+                break;
+            }
+        }
+        let mut outs = std::mem::take(&mut self.scratch_outs);
+        outs.clear();
+        outs.extend((first..first + count).map(TensorId));
+        let mut out_storages = std::mem::take(&mut self.scratch_out_storages);
+        out_storages.clear();
+        out_storages.extend(outs.iter().map(|u| self.tensors[u.index()].storage));
+        let cost = match result {
+            Ok(()) => {
+                let o = &self.ops[op.index()];
+                self.backend
+                    .run(RunRequest {
+                        op,
+                        args: &o.args,
+                        outputs: &outs,
+                        output_storages: &out_storages,
+                        duplicates: &dups,
+                        duplicate_bytes: dup_bytes,
+                        remat,
+                        known_cost: o.cost,
+                    })
+                    .map_err(Error::Backend)
+            }
+            Err(e) => Err(e),
+        };
+        let cost = match cost {
+            Ok(c) => c,
+            Err(e) => {
+                self.memory -= total;
+                self.scratch_dups = dups;
+                self.scratch_new = newly;
+                self.scratch_storages = fresh;
+                self.scratch_outs = outs;
+                self.scratch_out_storages = out_storages;
+                return Err(e);
+            }
+        };
+        if !remat && cost != self.ops[op.index()].cost {
+            // A live op's measured cost replaces the estimate in its storages' compute.
+            let old = self.ops[op.index()].cost;
+            self.ops[op.index()].cost = cost;
+            let mut seen: Vec<StorageId> = Vec::new();
+            for k in first..first + count {
+                let s = self.tensors[k as usize].storage;
+                if !seen.contains(&s) {
+                    seen.push(s);
+                    let st = &mut self.storages[s.index()];
+                    st.compute = st.compute - old + cost;
+                }
+            }
+        }
+        self.clock += cost;
+        for &u in &newly {
+            self.tensors[u.index()].defined = true;
+            let s = self.tensors[u.index()].storage;
+            self.storages[s.index()].state = StorageState::Material;
+        }
+        self.memory -= dup_bytes;
+        for &s in &fresh {
+            self.pool_insert(s);
+        }
+        if remat {
+            self.profile.remat_compute_ns += cost;
+            self.profile.remats += 1;
+        } else {
+            self.profile.base_compute_ns += cost;
+        }
+        if self.config.heuristic.uses_eq_classes() {
+            for &s in &fresh {
+                let st = &mut self.storages[s.index()];
+                if st.eq_node != NONE {
+                    let (node, c) = (st.eq_node, st.compute as i64);
+                    st.eq_node = NONE;
+                    self.eq.add(node, -c);
+                }
+            }
+        }
+        if self.estar.enabled() {
+            for &s in &fresh {
+                self.estar.on_state_change(s);
+            }
+        }
+        if self.config.release == ReleasePolicy::Banish {
+            for &u in &newly {
+                self.adjust_undefined_children(u, -1);
+            }
+        }
+        self.scratch_dups = dups;
+        self.scratch_new = newly;
+        self.scratch_storages = fresh;
+        self.scratch_outs = outs;
+        self.scratch_out_storages = out_storages;
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Eviction and banishing.
+
+    /// Evicts material, unlocked, unpinned `s` (simrd's `_evict`).
+    pub(crate) fn evict(&mut self, s: StorageId, reason: EvictReason) -> Result<()> {
+        let banish = self.config.release == ReleasePolicy::Banish;
+        {
+            let st = &mut self.storages[s.index()];
+            debug_assert!(st.is_material() && st.locks == 0 && !st.pinned);
+            st.state = StorageState::Evicted;
+        }
+        let size = self.storages[s.index()].size;
+        self.memory -= size;
+        self.pool_remove(s);
+        let n = self.storages[s.index()].tensors.len();
+        for i in 0..n {
+            let t = self.storages[s.index()].tensors[i];
+            if self.tensors[t.index()].defined {
+                self.tensors[t.index()].defined = false;
+                if banish {
+                    self.adjust_undefined_children(t, 1);
+                }
+            }
+        }
+        match reason {
+            EvictReason::Heuristic => self.profile.evictions += 1,
+            EvictReason::Eager => self.profile.eager_evictions += 1,
+        }
+        if self.config.heuristic.uses_eq_classes() {
+            let node = self.eq.make(self.storages[s.index()].compute as i64);
+            self.storages[s.index()].eq_node = node;
+            let st = &self.storages[s.index()];
+            for &n in st.parents.iter().chain(st.children.iter()) {
+                let ns = &self.storages[n.index()];
+                if n != s
+                    && matches!(ns.state, StorageState::Evicted | StorageState::Pending)
+                    && ns.eq_node != NONE
+                {
+                    self.eq.union(ns.eq_node, node);
+                }
+            }
+        }
+        if self.estar.enabled() {
+            self.estar.on_state_change(s);
+        }
+        self.backend.free(s, size).map_err(Error::Backend)
+    }
+
+    /// Adds `delta` to the evicted-dependents count of each distinct input storage of `t`
+    /// other than its own (simrd V1's `evicted_dependents`).
+    fn adjust_undefined_children(&mut self, t: TensorId, delta: i32) {
+        let op = self.tensors[t.index()].op;
+        let own = self.tensors[t.index()].storage;
+        let nargs = self.ops[op.index()].args.len();
+        for i in 0..nargs {
+            let a = self.ops[op.index()].args[i];
+            let sa = self.tensors[a.index()].storage;
+            if sa == own {
+                continue;
+            }
+            // Distinct storages only: skip if an earlier argument had the same storage.
+            let dup = (0..i).any(|j| {
+                let b = self.ops[op.index()].args[j];
+                self.tensors[b.index()].storage == sa
+            });
+            if dup {
+                continue;
+            }
+            let st = &mut self.storages[sa.index()];
+            st.undefined_children = st.undefined_children.saturating_add_signed(delta);
+        }
+    }
+
+    /// Frees `s` for good when it has no external reference and no evicted dependent (simrd
+    /// V1's `_try_banish`); its children, no longer recomputable, are pinned.
+    fn try_banish(&mut self, s: StorageId) -> Result<()> {
+        let st = &self.storages[s.index()];
+        if st.ext_refs > 0 || st.undefined_children > 0 || st.state == StorageState::Banished {
+            return Ok(());
+        }
+        // Tensors of `s` that were already undefined stop counting as dependents.
+        let n = st.tensors.len();
+        for i in 0..n {
+            let t = self.storages[s.index()].tensors[i];
+            if !self.tensors[t.index()].defined {
+                self.adjust_undefined_children(t, -1);
+            }
+        }
+        let was_material = self.storages[s.index()].is_material();
+        if was_material {
+            let size = self.storages[s.index()].size;
+            self.pool_remove(s);
+            self.memory -= size;
+            for i in 0..n {
+                let t = self.storages[s.index()].tensors[i];
+                self.tensors[t.index()].defined = false;
+            }
+            self.backend.free(s, size).map_err(Error::Backend)?;
+        }
+        let st = &mut self.storages[s.index()];
+        st.locks = 0;
+        st.pinned = false;
+        st.state = StorageState::Banished;
+        self.profile.banished += 1;
+        let children = std::mem::take(&mut self.storages[s.index()].children);
+        for &c in &children {
+            if c != s && self.storages[c.index()].is_material() && !self.storages[c.index()].pinned
+            {
+                self.lock(c);
+                self.storages[c.index()].pinned = true;
+            }
+        }
+        self.storages[s.index()].children = children;
+        if self.estar.enabled() {
+            self.estar.on_state_change(s);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,277 @@
+//! The simulated driver: replays a parsed operator log through the runtime core, with costs
+//! from `TIME` and sizes from `MEMORY`, following simrd's log semantics (`parse_file` and
+//! `Graph.get_closure`):
+//! - `CONSTANT`: a pinned constant; `COPY`: one more reference; `RELEASE`: one fewer;
+//! - `CALL`: one call, aliases sharing their argument's storage with size 0;
+//! - `MUTATE`: copy-on-write, a new call writing a fresh copy of each mutated storage; the name
+//!   moves to the new version and the old one is released;
+//! - at the end every tensor still referenced is rematerialized if needed and pinned (simrd's
+//!   `OutputCondition.REMATERIALIZE`), which can itself run out of memory or thrash.
+
+use crate::backend::{Backend, NullBackend};
+use crate::error::Error;
+use crate::graph::TensorId;
+use crate::heuristic::Heuristic;
+use crate::log::{Event, Log};
+use crate::profile::Profile;
+use crate::runtime::{Config, OpSpec, OutputSpec, ReleasePolicy, Runtime};
+
+/// How a simulated run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// The whole log ran under the budget.
+    Ok,
+    /// Nothing evictable was left for an allocation (simrd's `MemoryError`).
+    Oom,
+    /// Rematerialization compute passed the limit (simrd's "thrashed").
+    Thrash,
+}
+
+impl Status {
+    /// `OK`, `OOM` or `THRASH`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::Oom => "OOM",
+            Status::Thrash => "THRASH",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A log the runtime refused for a reason other than memory (a reference-count underflow, a
+/// backend failure), with the line of the event.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {source}")]
+pub struct SimError {
+    /// 1-based line of the event (0 for the final pins).
+    pub line: usize,
+    /// The runtime's error.
+    #[source]
+    pub source: Error,
+}
+
+/// The result of one simulated run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunResult {
+    /// How it ended.
+    pub status: Status,
+    /// Simulated time at the end, ns (1 + compute including rematerialization; simrd's
+    /// `clock`).
+    pub clock: u64,
+    /// The counters.
+    pub profile: Profile,
+    /// Line of the event that stopped a failed run (0: the final pins).
+    pub stopped_at: Option<usize>,
+}
+
+impl RunResult {
+    /// simrd's overhead: `clock / baseline_compute` (for OK runs; `None` otherwise).
+    pub fn overhead(&self, baseline_compute_ns: u64) -> Option<f64> {
+        (self.status == Status::Ok && baseline_compute_ns > 0)
+            .then(|| self.clock as f64 / baseline_compute_ns as f64)
+    }
+}
+
+/// The unbudgeted run's figures (simrd's baseline: `RuntimeV1` with no budget, banishing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Baseline {
+    /// Peak memory in bytes (the no-eviction peak budgets are ratios of).
+    pub peak_bytes: u64,
+    /// Compute of all calls, ns: the sum of `TIME` over `CALL` and `MUTATE`.
+    pub compute_ns: u64,
+}
+
+/// Replays `log` through `rt`. Memory and thrashing stops are errors here
+/// ([`Error::OutOfMemory`], [`Error::Thrashing`]); see [`run`] for statuses.
+///
+/// # Errors
+/// The first runtime error with its line.
+pub fn replay<B: Backend>(log: &Log, rt: &mut Runtime<B>) -> Result<(), SimError> {
+    const UNBOUND: TensorId = TensorId(u32::MAX);
+    let mut bind = vec![UNBOUND; log.names.len()];
+    let mut args: Vec<TensorId> = Vec::new();
+    let mut outs: Vec<OutputSpec> = Vec::new();
+    let mut idx: Vec<usize> = Vec::new();
+    for located in &log.events {
+        let line = located.line;
+        let at = |source: Error| SimError { line, source };
+        match &located.event {
+            Event::Annotate(_) => {}
+            Event::Constant { name, bytes } => {
+                bind[*name as usize] = rt.constant(*bytes).map_err(at)?;
+            }
+            Event::Copy { dst, src } => {
+                let t = bind[*src as usize];
+                rt.get(t).map_err(at)?;
+                bind[*dst as usize] = t;
+            }
+            Event::CopyFrom { dst, src } => {
+                let old = bind[*dst as usize];
+                let t = bind[*src as usize];
+                bind[*dst as usize] = t;
+                rt.release(old).map_err(at)?;
+                rt.get(t).map_err(at)?;
+            }
+            Event::Release { name } => {
+                rt.release(bind[*name as usize]).map_err(at)?;
+            }
+            Event::Call {
+                args: a,
+                results,
+                time_ns,
+                ..
+            } => {
+                args.clear();
+                args.extend(a.iter().map(|&n| bind[n as usize]));
+                outs.clear();
+                outs.extend(results.iter().map(|r| match r.alias {
+                    Some(i) => OutputSpec::alias_of(i as usize),
+                    None => OutputSpec::fresh(r.bytes),
+                }));
+                let o = rt
+                    .compute(OpSpec {
+                        cost: *time_ns,
+                        args: &args,
+                        outputs: &outs,
+                    })
+                    .map_err(at)?;
+                for (k, r) in results.iter().enumerate() {
+                    bind[r.name as usize] = o.get(k);
+                }
+            }
+            Event::Mutate {
+                args: a,
+                mutated,
+                time_ns,
+                ..
+            } => {
+                args.clear();
+                args.extend(a.iter().map(|&n| bind[n as usize]));
+                idx.clear();
+                idx.extend(mutated.iter().map(|&m| m as usize));
+                let o = rt.mutate(*time_ns, &args, &idx).map_err(at)?;
+                for (k, &m) in mutated.iter().enumerate() {
+                    bind[a[m as usize] as usize] = o.get(k);
+                }
+            }
+        }
+    }
+    // simrd pins every output still referenced, in name order, rematerializing as needed.
+    for &t in &bind {
+        if t != UNBOUND
+            && rt
+                .ext_refs(t)
+                .map_err(|source| SimError { line: 0, source })?
+                > 0
+        {
+            rt.pin(t).map_err(|source| SimError { line: 0, source })?;
+        }
+    }
+    Ok(())
+}
+
+/// Options of a simulated run.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// Budget in bytes (`None`: unlimited).
+    pub budget: Option<u64>,
+    /// The heuristic.
+    pub heuristic: Heuristic,
+    /// The prototype's sqrt(n) sampling (off in simrd).
+    pub sampling: bool,
+    /// The prototype's small-tensor filter (off in simrd).
+    pub ignore_small_tensors: bool,
+    /// What the last release of a storage does (eager eviction in simrd's runs).
+    pub release: ReleasePolicy,
+    /// Thrashing limit on rematerialization compute, ns.
+    pub remat_limit_ns: Option<u64>,
+    /// Seed of random choices.
+    pub seed: u64,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            budget: None,
+            heuristic: Heuristic::DtrEq,
+            sampling: false,
+            ignore_small_tensors: false,
+            release: ReleasePolicy::Eager,
+            remat_limit_ns: None,
+            seed: 0x5eed,
+        }
+    }
+}
+
+impl SimOptions {
+    /// The runtime configuration these options give (aliased mutation is not refused: the
+    /// logs mutate views).
+    pub fn config(&self) -> Config {
+        Config {
+            budget: self.budget,
+            heuristic: self.heuristic,
+            sampling: self.sampling,
+            ignore_small_tensors: self.ignore_small_tensors,
+            release: self.release,
+            remat_limit_ns: self.remat_limit_ns,
+            refuse_aliased_mutation: false,
+            seed: self.seed,
+        }
+    }
+}
+
+/// Runs `log` under `options` over `backend`; out of memory and thrashing are statuses.
+/// Returns the result and the backend (for its reports).
+///
+/// # Errors
+/// [`SimError`] for anything but memory and thrashing.
+pub fn run<B: Backend>(
+    log: &Log,
+    options: &SimOptions,
+    backend: B,
+) -> Result<(RunResult, B), SimError> {
+    let mut rt = Runtime::new(backend, options.config());
+    let (status, stopped_at) = match replay(log, &mut rt) {
+        Ok(()) => (Status::Ok, None),
+        Err(SimError {
+            line,
+            source: Error::OutOfMemory { .. },
+        }) => (Status::Oom, Some(line)),
+        Err(SimError {
+            line,
+            source: Error::Thrashing { .. },
+        }) => (Status::Thrash, Some(line)),
+        Err(e) => return Err(e),
+    };
+    let result = RunResult {
+        status,
+        clock: rt.clock(),
+        profile: *rt.profile(),
+        stopped_at,
+    };
+    Ok((result, rt.into_backend()))
+}
+
+/// The unbudgeted run (simrd's baseline: no budget, banishing, so constants are freed too when
+/// their last name dies).
+///
+/// # Errors
+/// [`SimError`] when the log is inconsistent (a release of a tensor with no reference left).
+pub fn baseline(log: &Log) -> Result<Baseline, SimError> {
+    let options = SimOptions {
+        heuristic: Heuristic::DtrLocal,
+        release: ReleasePolicy::Banish,
+        ..SimOptions::default()
+    };
+    let (r, _) = run(log, &options, NullBackend)?;
+    Ok(Baseline {
+        peak_bytes: r.profile.peak_bytes,
+        compute_ns: r.profile.base_compute_ns,
+    })
+}

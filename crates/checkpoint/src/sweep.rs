@@ -1,0 +1,233 @@
+//! Budget sweeps as in the paper's simulated evaluation (simrd's `run_pareto`): the
+//! unbudgeted baseline, then one run per (heuristic, budget ratio) with budget
+//! `floor(ratio × baseline peak)` and a thrashing cutoff at `overhead_limit × baseline
+//! compute`; plus the text table.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use crate::allocator_backend::{AllocatorBackend, AllocatorReport};
+use crate::backend::NullBackend;
+use crate::budget::budget_for_ratio;
+use crate::error::Error;
+use crate::heuristic::Heuristic;
+use crate::log::Log;
+use crate::sim::{self, Baseline, RunResult, SimError, SimOptions, Status};
+
+/// The paper's ratios: 0.1, 0.2, ..., 1.0 (each the double nearest to k/10, as Python's
+/// literals).
+pub fn paper_ratios() -> Vec<f64> {
+    (1..=10).map(|k| k as f64 / 10.0).collect()
+}
+
+/// What to sweep.
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    /// Budget ratios of the baseline peak.
+    pub ratios: Vec<f64>,
+    /// Explicit budgets in bytes, run after the ratios (their ratio is budget / peak).
+    pub budgets: Vec<u64>,
+    /// Heuristics, each run at every budget.
+    pub heuristics: Vec<Heuristic>,
+    /// A run stops with THRASH once its rematerialization compute exceeds
+    /// `(overhead_limit - 1) × baseline compute` (simrd: 2.0).
+    pub overhead_limit: f64,
+    /// Route storages through the caching allocator and report reserved bytes.
+    pub with_allocator: bool,
+    /// The prototype's sqrt(n) sampling.
+    pub sampling: bool,
+    /// The prototype's small-tensor filter.
+    pub ignore_small_tensors: bool,
+    /// Seed of random choices.
+    pub seed: u64,
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        SweepOptions {
+            ratios: paper_ratios(),
+            budgets: Vec::new(),
+            heuristics: vec![Heuristic::DtrEq],
+            overhead_limit: 2.0,
+            with_allocator: false,
+            sampling: false,
+            ignore_small_tensors: false,
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// One run of a sweep.
+#[derive(Clone, Debug)]
+pub struct SweepRun {
+    /// The heuristic.
+    pub heuristic: Heuristic,
+    /// The budget ratio (budget / baseline peak for explicit budgets).
+    pub ratio: f64,
+    /// The budget, bytes.
+    pub budget_bytes: u64,
+    /// The run.
+    pub result: RunResult,
+    /// `clock / baseline compute` for OK runs.
+    pub overhead: Option<f64>,
+    /// The allocator's figures (with `with_allocator`).
+    pub allocator: Option<AllocatorReport>,
+    /// Wall-clock time of the run, ns.
+    pub wall_ns: u64,
+}
+
+impl SweepRun {
+    /// How the run ended.
+    pub fn status(&self) -> Status {
+        self.result.status
+    }
+}
+
+/// A whole sweep.
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    /// The unbudgeted run.
+    pub baseline: Baseline,
+    /// Runs, heuristic-major in the order asked.
+    pub runs: Vec<SweepRun>,
+}
+
+/// Runs one budgeted simulation of `log`.
+///
+/// # Errors
+/// [`SimError`] when the log is inconsistent or the allocator fails.
+pub fn run_budget(
+    log: &Log,
+    baseline: &Baseline,
+    heuristic: Heuristic,
+    budget_bytes: u64,
+    options: &SweepOptions,
+) -> Result<SweepRun, SimError> {
+    let limit = baseline.compute_ns as f64 * (options.overhead_limit - 1.0);
+    let sim_options = SimOptions {
+        budget: Some(budget_bytes),
+        heuristic,
+        sampling: options.sampling,
+        ignore_small_tensors: options.ignore_small_tensors,
+        remat_limit_ns: Some(if limit <= 0.0 { 0 } else { limit as u64 }),
+        seed: options.seed,
+        ..SimOptions::default()
+    };
+    let start = Instant::now();
+    let (result, allocator) = if options.with_allocator {
+        let backend = AllocatorBackend::new().map_err(|e| SimError {
+            line: 0,
+            source: Error::Backend(Box::new(e)),
+        })?;
+        let (r, b) = sim::run(log, &sim_options, backend)?;
+        (r, Some(b.report()))
+    } else {
+        let (r, _) = sim::run(log, &sim_options, NullBackend)?;
+        (r, None)
+    };
+    let wall_ns = start.elapsed().as_nanos() as u64;
+    let ratio = if baseline.peak_bytes == 0 {
+        0.0
+    } else {
+        budget_bytes as f64 / baseline.peak_bytes as f64
+    };
+    Ok(SweepRun {
+        heuristic,
+        ratio,
+        budget_bytes,
+        overhead: result.overhead(baseline.compute_ns),
+        result,
+        allocator,
+        wall_ns,
+    })
+}
+
+/// The baseline, then every (heuristic, budget) of `options`.
+///
+/// # Errors
+/// [`SimError`] when the log is inconsistent.
+pub fn sweep(log: &Log, options: &SweepOptions) -> Result<Sweep, SimError> {
+    let baseline = sim::baseline(log)?;
+    let mut runs = Vec::new();
+    for &h in &options.heuristics {
+        for &ratio in &options.ratios {
+            let budget = budget_for_ratio(baseline.peak_bytes, ratio);
+            let mut run = run_budget(log, &baseline, h, budget, options)?;
+            run.ratio = ratio;
+            runs.push(run);
+        }
+        for &budget in &options.budgets {
+            runs.push(run_budget(log, &baseline, h, budget, options)?);
+        }
+    }
+    Ok(Sweep { baseline, runs })
+}
+
+const GB: f64 = 1e9;
+
+/// The sweep as a text table: one row per run with heuristic, ratio, budget (GB = 1e9 bytes),
+/// status, overhead, peak (GB), evictions, remats; with `allocator` also the reserved peak, how
+/// far it overshoots the budget, and the fragmentation at that peak.
+pub fn table(sweep: &Sweep, allocator: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "baseline: peak {:.3} GB ({} bytes), compute {:.3} ms",
+        sweep.baseline.peak_bytes as f64 / GB,
+        sweep.baseline.peak_bytes,
+        sweep.baseline.compute_ns as f64 / 1e6
+    );
+    let _ = write!(
+        out,
+        "{:<10} {:>5} {:>10} {:>6} {:>9} {:>9} {:>9} {:>7}",
+        "heuristic", "ratio", "budget GB", "status", "overhead", "peak GB", "evictions", "remats"
+    );
+    if allocator {
+        let _ = write!(out, " {:>11} {:>7} {:>6}", "reserved GB", "over", "frag");
+    }
+    out.push('\n');
+    for r in &sweep.runs {
+        let overhead = match r.overhead {
+            Some(o) => format!("{o:.4}"),
+            None => "-".into(),
+        };
+        let _ = write!(
+            out,
+            "{:<10} {:>5.2} {:>10.3} {:>6} {:>9} {:>9.3} {:>9} {:>7}",
+            r.heuristic.name(),
+            r.ratio,
+            r.budget_bytes as f64 / GB,
+            r.status().as_str(),
+            overhead,
+            r.result.profile.peak_bytes as f64 / GB,
+            r.result.profile.evictions,
+            r.result.profile.remats
+        );
+        if allocator {
+            match &r.allocator {
+                Some(a) => {
+                    let over = if r.budget_bytes == 0 {
+                        "-".to_string()
+                    } else {
+                        format!(
+                            "{:+.1}%",
+                            (a.peak_reserved_bytes as f64 / r.budget_bytes as f64 - 1.0) * 100.0
+                        )
+                    };
+                    let _ = write!(
+                        out,
+                        " {:>11.3} {:>7} {:>5.1}%",
+                        a.peak_reserved_bytes as f64 / GB,
+                        over,
+                        a.fragmentation() * 100.0
+                    );
+                }
+                None => {
+                    let _ = write!(out, " {:>11} {:>7} {:>6}", "-", "-", "-");
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
