@@ -5,7 +5,7 @@ use std::process::Command;
 use crate::steps::{Failure, TaskResult, cargo, root, run, tool_available};
 
 /// Crates whose tests exercise most of the project's `unsafe` code; `valgrind` runs these.
-const UNSAFE_HEAVY: &[&str] = &["c10-core", "c10-cuda"];
+const UNSAFE_HEAVY: &[&str] = &["c10-core", "c10-cuda", "aten"];
 
 /// `cargo xtask ci`: everything CI checks, in order, stopping at the first failure.
 pub fn ci() -> TaskResult {

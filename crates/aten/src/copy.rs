@@ -1,0 +1,185 @@
+//! Copies between tensors: [`Tensor::copy_`] (broadcasting and dtype conversion, as ATen's
+//! `copy_`), [`Tensor::contiguous`], [`Tensor::deep_clone`] (PyTorch's `clone()`),
+//! [`Tensor::to_dtype`], and the in-place fills [`Tensor::fill_`] and [`Tensor::zero_`].
+//!
+//! Conversions follow `c10::convert`: between integer types exactly (wrapping when narrowing),
+//! otherwise through `f64`; float to integer truncates toward zero and saturates (C++ leaves the
+//! out-of-range case undefined); anything to Bool is `value != 0`.
+
+use c10_core::{Device, ScalarType};
+
+use crate::error::{Error, Result};
+use crate::host::{self, Access, map1};
+use crate::layout::{self, Layout, Overlap};
+use crate::scalar::{Scalar, dispatch};
+use crate::tensor::Tensor;
+
+/// Refuses to write into `dst` when two of its elements share memory, as ATen's
+/// `assert_no_internal_overlap`.
+pub(crate) fn check_no_internal_overlap(op: &'static str, dst: &Tensor) -> Result<()> {
+    if dst.layout().has_internal_overlap() {
+        return Err(Error::MemoryOverlap {
+            op,
+            what: "more than one element of the written-to tensor refers to a single memory \
+                   location",
+        });
+    }
+    Ok(())
+}
+
+/// How `src` overlaps `dst` (the same storage and dtype compared element-wise), as ATen's
+/// `get_overlap_status`; refuses a partial overlap, as `assert_no_partial_overlap`.
+pub(crate) fn check_no_partial_overlap(
+    op: &'static str,
+    dst: &Tensor,
+    src: &Tensor,
+) -> Result<Overlap> {
+    if !std::sync::Arc::ptr_eq(dst.cell(), src.cell()) {
+        return Ok(Overlap::No);
+    }
+    let status = if dst.dtype() == src.dtype() {
+        layout::overlap(dst.layout(), src.layout())
+    } else {
+        Overlap::TooHard
+    };
+    if status == Overlap::Partial {
+        return Err(Error::MemoryOverlap {
+            op,
+            what: "some elements of the input tensor and the written-to tensor refer to a single \
+                   memory location",
+        });
+    }
+    Ok(status)
+}
+
+/// `dst[i] = convert(src[i])` through `src_layout` (already expanded to `dst`'s sizes), on host
+/// tensors.
+pub(crate) fn copy_kernel(
+    op: &'static str,
+    dst: &Tensor,
+    src: &Tensor,
+    src_layout: Layout,
+) -> Result<()> {
+    let access = Access::lock(op, &[src], &[dst])?;
+    dispatch!(all, op, dst.dtype(), |D| {
+        let d = access.dst::<D>(op, dst)?;
+        dispatch!(all, op, src.dtype(), |S| {
+            let s = access.src_as::<S>(op, src, src_layout.clone())?;
+            map1(&d, &s, |x: S| x.cast::<D>());
+            Ok(())
+        })
+    })
+}
+
+impl Tensor {
+    /// Copies `src` into this tensor in place, broadcasting `src` to this shape and converting
+    /// its dtype, across devices if needed, as `t.copy_(src)`. Bumps the version counter.
+    ///
+    /// A CUDA destination must be contiguous (it is written with one host-to-device copy).
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when `src` does not broadcast to this shape;
+    /// [`Error::MemoryOverlap`] when this tensor has self-overlapping elements or `src` partly
+    /// overlaps it; device errors ([`Error::CudaUnavailable`], [`Error::UnsupportedDevice`]).
+    pub fn copy_(&self, src: &Tensor) -> Result<()> {
+        let (sizes, strides) = layout::expand_geometry(src.sizes(), src.strides(), self.sizes())
+            .map_err(|e| Error::ShapeMismatch {
+                op: "copy_",
+                lhs: self.sizes().to_vec(),
+                rhs: src.sizes().to_vec(),
+                reason: format!("the source does not broadcast to the destination ({e})"),
+            })?;
+        check_no_internal_overlap("copy_", self)?;
+        let src_layout = Layout::from_parts(sizes, strides, src.storage_offset());
+        if host::is_host_accessible(self) && host::is_host_accessible(src) {
+            let overlap = check_no_partial_overlap("copy_", self, src)?;
+            if overlap != Overlap::Full {
+                copy_kernel("copy_", self, src, src_layout)?;
+            }
+        } else {
+            crate::device_copy::copy_across("copy_", self, src, src_layout)?;
+        }
+        self.bump_version();
+        Ok(())
+    }
+
+    /// This tensor if it is contiguous, else a contiguous copy, as `t.contiguous()`.
+    ///
+    /// # Errors
+    /// Allocation and device errors of the copy.
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        self.copy_into_new(self.dtype(), false)
+    }
+
+    /// A deep copy with its own storage and version counter, as PyTorch's `t.clone()` (named
+    /// differently because Rust's [`Clone::clone`] is the reference-count bump). As
+    /// `memory_format=torch.preserve_format`: a non-overlapping and dense tensor keeps its
+    /// strides, any other becomes contiguous.
+    ///
+    /// # Errors
+    /// Allocation and device errors.
+    pub fn deep_clone(&self) -> Result<Tensor> {
+        self.copy_into_new(self.dtype(), true)
+    }
+
+    /// The values converted to `dtype` (this tensor itself if it already has it), as
+    /// `t.to(dtype)`.
+    ///
+    /// # Errors
+    /// Allocation and device errors.
+    pub fn to_dtype(&self, dtype: ScalarType) -> Result<Tensor> {
+        if dtype == self.dtype() {
+            return Ok(self.clone());
+        }
+        self.copy_into_new(dtype, false)
+    }
+
+    /// A new tensor on this device with this shape and `dtype` holding a copy of the values;
+    /// with `preserve`, a dense layout keeps its strides.
+    fn copy_into_new(&self, dtype: ScalarType, preserve: bool) -> Result<Tensor> {
+        if !host::is_host_accessible(self) {
+            // CUDA: through the host (aten has no device kernels).
+            let host = self.to(Device::cpu())?.copy_into_new(dtype, preserve)?;
+            return host.to(self.device());
+        }
+        let out = Tensor::empty_uninit(self.sizes(), dtype, self.device())?;
+        let out =
+            if preserve && !self.is_contiguous() && self.layout().is_non_overlapping_and_dense() {
+                out.as_strided(self.sizes(), self.strides(), Some(0))?
+            } else {
+                out
+            };
+        copy_kernel("clone", &out, self, self.layout().clone())?;
+        // A fresh tensor: its own version counter starts at 0.
+        Ok(out)
+    }
+
+    /// Sets every element to `value` (converted to the dtype), in place, as `t.fill_(value)`.
+    /// Bumps the version counter.
+    ///
+    /// # Errors
+    /// [`Error::MemoryOverlap`] for a tensor with self-overlapping elements;
+    /// [`Error::UnsupportedDevice`] off the host.
+    pub fn fill_(&self, value: f64) -> Result<()> {
+        check_no_internal_overlap("fill_", self)?;
+        if host::is_host_accessible(self) {
+            self.fill_raw("fill_", value)?;
+        } else {
+            let host = Tensor::full(self.sizes(), value, self.options().device(Device::cpu()))?;
+            crate::device_copy::copy_across("fill_", self, &host, host.layout().clone())?;
+        }
+        self.bump_version();
+        Ok(())
+    }
+
+    /// Sets every element to zero, in place, as `t.zero_()`. Bumps the version counter.
+    ///
+    /// # Errors
+    /// As [`Tensor::fill_`].
+    pub fn zero_(&self) -> Result<()> {
+        self.fill_(0.0)
+    }
+}

@@ -1,0 +1,228 @@
+//! The whole stack on a CPU: tensors on the host-backed simulated device, allocated by c10-cuda's
+//! caching allocator, with the CPU kernels running on the device's bytes.
+//!
+//! One install for the whole binary (tests run in parallel); each test that reads statistics
+//! owns one device index.
+
+use std::sync::{Arc, OnceLock};
+
+use aten::{Error, Generator, Tensor, TensorOptions};
+use c10_core::{Device, ScalarType};
+use c10_cuda::{CachingAllocator, SimDevice};
+
+type R = aten::Result<()>;
+
+const MIB: usize = 1 << 20;
+
+fn front() -> &'static Arc<CachingAllocator<SimDevice>> {
+    static FRONT: OnceLock<Arc<CachingAllocator<SimDevice>>> = OnceLock::new();
+    FRONT.get_or_init(|| aten::sim::install(6, 64 * MIB).expect("install the simulated devices"))
+}
+
+fn stat(device: u8, key: &str) -> i64 {
+    front().memory_stats(device).unwrap()[key]
+}
+
+#[test]
+fn a_sim_tensor_is_a_caching_allocator_block_returned_on_drop() -> R {
+    let dev = 3;
+    front();
+    assert_eq!(stat(dev, "allocated_bytes.all.current"), 0);
+    let t = Tensor::zeros(&[1000], TensorOptions::new().device(Device::sim(dev)))?;
+    assert_eq!(t.device(), Device::sim(dev));
+    // 4000 bytes round to 4096 (512-byte blocks) in a 2 MiB small-pool segment.
+    assert_eq!(stat(dev, "allocated_bytes.all.current"), 4096);
+    assert_eq!(stat(dev, "allocation.all.current"), 1);
+    assert_eq!(stat(dev, "reserved_bytes.all.current"), 2 * MIB as i64);
+    assert_eq!(stat(dev, "requested_bytes.all.current"), 4000);
+    // The tensor's bytes are the device's bytes at the block's address.
+    t.fill_(1.5)?;
+    let mut raw = [0u8; 8];
+    front()
+        .with_device(dev, |a| {
+            use c10_cuda::device::DeviceMemory as _;
+            assert_eq!(a.device().index(), dev);
+            a.device().read(t.data_ptr() as u64, &mut raw)
+        })?
+        .expect("the block is host-backed device memory");
+    assert_eq!(bytemuck::cast::<[u8; 8], [f32; 2]>(raw), [1.5, 1.5]);
+    // Views keep the block alive; the last handle returns it to the cache.
+    let view = t.narrow(0, 10, 5)?;
+    drop(t);
+    assert_eq!(stat(dev, "allocated_bytes.all.current"), 4096);
+    drop(view);
+    assert_eq!(stat(dev, "allocated_bytes.all.current"), 0);
+    assert_eq!(stat(dev, "allocation.all.current"), 0);
+    assert_eq!(stat(dev, "reserved_bytes.all.current"), 2 * MIB as i64); // cached, not freed
+    assert_eq!(stat(dev, "allocation.all.allocated"), 1);
+    assert_eq!(stat(dev, "allocation.all.freed"), 1);
+    // A large tensor goes to the large pool (a 20 MiB segment), and empty_cache frees both.
+    let big = Tensor::ones(
+        &[2 * MIB as i64],
+        TensorOptions::new().device(Device::sim(dev)),
+    )?;
+    assert_eq!(
+        stat(dev, "allocated_bytes.large_pool.current"),
+        8 * MIB as i64
+    );
+    assert_eq!(
+        big.sum_all()?.to(Device::cpu())?.item::<f32>()?,
+        2.0 * MIB as f32
+    );
+    drop(big);
+    front().empty_cache()?;
+    assert_eq!(stat(dev, "reserved_bytes.all.current"), 0);
+    Ok(())
+}
+
+#[test]
+fn ops_run_on_the_device_bytes() -> R {
+    let sim = Device::sim(0);
+    let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?.to(sim)?;
+    let b = Tensor::from_vec(vec![10.0f32, 20.0, 30.0], &[3])?.to(sim)?;
+    assert_eq!(a.device(), sim);
+    let c = a.add(&b)?;
+    assert_eq!(c.device(), sim);
+    assert_eq!(c.to_vec::<f32>()?, [11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+    assert_eq!(
+        a.t()?.contiguous()?.to_vec::<f32>()?,
+        [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+    );
+    let m = a.matmul(&a.t()?)?;
+    assert_eq!(
+        (m.device(), m.to_vec::<f32>()?),
+        (sim, vec![14.0, 32.0, 32.0, 77.0])
+    );
+    let s = a.sum(&[1], false)?;
+    assert_eq!((s.device(), s.to_vec::<f32>()?), (sim, vec![6.0, 15.0]));
+    let p = a.softmax(1)?;
+    assert_eq!(p.device(), sim);
+    let l = a.cross_entropy(
+        &Tensor::from_vec(vec![2i64, 0], &[2])?.to(sim)?,
+        aten::Reduction::Sum,
+    )?;
+    assert_eq!(l.device(), sim);
+    assert!((l.item::<f32>()? - 2.8152118).abs() < 1e-5);
+    a.add_(&a)?;
+    a.select(0, 0)?.zero_()?;
+    assert_eq!(
+        a.to(Device::cpu())?.to_vec::<f32>()?,
+        [0.0, 0.0, 0.0, 8.0, 10.0, 12.0]
+    );
+    assert_eq!(a.version(), 2);
+    assert_eq!(a.as_slice::<f32>()?.len(), 6);
+    // Random tensors and arange are made on the host and moved.
+    let r = Tensor::randn(
+        &[4],
+        &mut Generator::new(5),
+        TensorOptions::new().device(sim),
+    )?;
+    let rc = Tensor::randn(&[4], &mut Generator::new(5), TensorOptions::new())?;
+    assert_eq!(r.to_vec::<f32>()?, rc.to_vec::<f32>()?);
+    let ar = Tensor::arange(
+        0.0,
+        3.0,
+        1.0,
+        TensorOptions::new().device(sim).dtype(ScalarType::Long),
+    )?;
+    assert_eq!(ar.to_string(), "tensor([0, 1, 2], device='sim:0')");
+    Ok(())
+}
+
+#[test]
+fn copies_between_cpu_and_devices() -> R {
+    let (s1, s2) = (Device::sim(1), Device::sim(2));
+    let cpu = Tensor::arange(0.0, 12.0, 1.0, ScalarType::Double)?.view(&[3, 4])?;
+    let on1 = cpu.t()?.to(s1)?; // a strided source
+    assert!(on1.is_contiguous());
+    let on2 = on1.to(s2)?;
+    assert_eq!(on2.device(), s2);
+    let back = on2.to(Device::cpu())?;
+    assert_eq!(back.device(), Device::cpu());
+    assert_eq!(
+        back.to_vec::<f64>()?,
+        cpu.t()?.contiguous()?.to_vec::<f64>()?
+    );
+    // Same device: the same tensor.
+    assert!(
+        on1.to(Device::new(c10_core::DeviceType::Sim, Some(1)))?
+            .is_same(&on1)
+    );
+    // copy_ across devices, broadcasting and converting.
+    let dst = Tensor::zeros(&[2, 4], TensorOptions::new().device(s1))?;
+    dst.copy_(&Tensor::from_vec(vec![1i32, 2, 3, 4], &[4])?)?;
+    assert_eq!(
+        dst.to_vec::<f32>()?,
+        [1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0]
+    );
+    // Synchronous host copies with exact sizes.
+    dst.sync_copy_from_cpu(&[9.0f32; 8])?;
+    let mut out = [0f32; 8];
+    dst.sync_copy_to_cpu(&mut out)?;
+    assert_eq!(out, [9.0; 8]);
+    assert!(matches!(
+        dst.sync_copy_from_cpu(&[0f32; 7]),
+        Err(Error::MemorySizeMismatch { .. })
+    ));
+    Ok(())
+}
+
+#[test]
+fn mixing_devices_is_an_error() -> R {
+    let a = Tensor::ones(&[2], TensorOptions::new().device(Device::sim(4)))?;
+    let b = Tensor::ones(&[2], TensorOptions::new())?;
+    match a.add(&b) {
+        Err(Error::DeviceMismatch { lhs, rhs, .. }) => {
+            assert_eq!((lhs, rhs), (Device::sim(4), Device::cpu()))
+        }
+        other => panic!("expected a device mismatch, got {other:?}"),
+    }
+    assert!(matches!(
+        a.mm(&b.view(&[2, 1])?),
+        Err(Error::DeviceMismatch { .. })
+    ));
+    // But copy_ moves across devices.
+    a.copy_(&b.mul_scalar(3.0)?)?;
+    assert_eq!(a.to_vec::<f32>()?, [3.0, 3.0]);
+    Ok(())
+}
+
+#[test]
+fn an_address_only_device_is_refused_for_host_work() -> R {
+    front();
+    let devices = (0..6)
+        .map(|i| SimDevice::address_only(i, 64 * MIB))
+        .collect();
+    let other = Arc::new(CachingAllocator::new(devices, Default::default())?);
+    // Route sim:5 to an address-only device: its addresses are not host memory.
+    aten::set_device_allocator(Device::sim(5), Arc::new(other.allocator(5)?))?;
+    match Tensor::zeros(&[4], TensorOptions::new().device(Device::sim(5))) {
+        Err(Error::UnsupportedDevice { device, .. }) => assert_eq!(device, Device::sim(5)),
+        other => panic!("expected UnsupportedDevice, got {other:?}"),
+    }
+    // An allocator that serves another index than the one registered is caught too.
+    aten::set_device_allocator(Device::sim(5), Arc::new(other.allocator(0)?))?;
+    match Tensor::zeros(&[4], TensorOptions::new().device(Device::sim(5))) {
+        Err(Error::Core(c10_core::Error::AllocatorFailure { device, message })) => {
+            assert_eq!(device, Device::sim(5));
+            assert!(message.contains("placed the bytes on sim:0"), "{message}");
+        }
+        other => panic!("expected an allocator failure, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[test]
+fn out_of_device_memory_is_an_error_not_a_panic() -> R {
+    front();
+    match Tensor::zeros(
+        &[65 * MIB as i64 / 4],
+        TensorOptions::new().device(Device::sim(4)),
+    ) {
+        Err(Error::Core(c10_core::Error::DeviceOutOfMemory { message, .. })) => {
+            assert!(message.contains("out of memory"), "{message}");
+        }
+        other => panic!("expected an out-of-memory error, got {other:?}"),
+    }
+    Ok(())
+}
