@@ -99,7 +99,21 @@ pub fn gpu_test() -> TaskResult {
         "--",
         "--test-threads=1",
     ]);
-    run("gpu-tests", tests)
+    run("gpu-tests c10-cuda", tests)?;
+
+    let mut aten = cargo();
+    aten.args([
+        "test",
+        "-p",
+        "aten",
+        "--features",
+        "gpu-tests",
+        "--test",
+        "gpu",
+        "--",
+        "--test-threads=1",
+    ]);
+    run("gpu-tests aten", aten)
 }
 
 /// `cargo xtask valgrind`: build the unsafe-heavy crates' tests, run each binary under memcheck.
