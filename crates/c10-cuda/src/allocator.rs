@@ -703,9 +703,16 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// Merges `src` into `dst` when `src` is an idle neighbour with the same mapping state;
     /// returns the bytes subsumed, 0 when not merged (PyTorch's `try_merge_blocks`).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_merge_blocks(&mut self, dst: BlockId, src: Option<BlockId>) -> usize {
-        let Some(src) = src else { return 0 };
+        match src {
+            Some(src) => self.merge_into(dst, src),
+            None => 0,
+        }
+    }
+
+    /// [`Self::try_merge_blocks`] with a present neighbour.
+    fn merge_into(&mut self, dst: BlockId, src: BlockId) -> usize {
         let s = self.blocks.get(src);
         if !s.is_idle() || s.mapped != self.blocks.get(dst).mapped {
             return 0;
@@ -749,6 +756,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     }
 }
 
+#[inline(always)]
 fn apply_net(stat: &mut crate::stats::Stat, net: i64) {
     match net.cmp(&0) {
         std::cmp::Ordering::Greater => stat.increase(net as u64),
