@@ -339,7 +339,7 @@ impl FreeIndex {
     }
 
     /// The first key `>= (stream, size, 0)` on `stream` (best fit), if any.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lower_bound(&self, stream: StreamId, size: usize) -> Option<SizeKey> {
         let f = self.stream(stream)?;
         if size < EXACT_LIMIT {
