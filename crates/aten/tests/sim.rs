@@ -77,6 +77,7 @@ fn a_sim_tensor_is_a_caching_allocator_block_returned_on_drop() -> R {
 
 #[test]
 fn ops_run_on_the_device_bytes() -> R {
+    front(); // each test may run in its own process (nextest)
     let sim = Device::sim(0);
     let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?.to(sim)?;
     let b = Tensor::from_vec(vec![10.0f32, 20.0, 30.0], &[3])?.to(sim)?;
@@ -131,6 +132,7 @@ fn ops_run_on_the_device_bytes() -> R {
 
 #[test]
 fn copies_between_cpu_and_devices() -> R {
+    front(); // each test may run in its own process (nextest)
     let (s1, s2) = (Device::sim(1), Device::sim(2));
     let cpu = Tensor::arange(0.0, 12.0, 1.0, ScalarType::Double)?.view(&[3, 4])?;
     let on1 = cpu.t()?.to(s1)?; // a strided source
@@ -169,6 +171,7 @@ fn copies_between_cpu_and_devices() -> R {
 
 #[test]
 fn mixing_devices_is_an_error() -> R {
+    front(); // each test may run in its own process (nextest)
     let a = Tensor::ones(&[2], TensorOptions::new().device(Device::sim(4)))?;
     let b = Tensor::ones(&[2], TensorOptions::new())?;
     match a.add(&b) {

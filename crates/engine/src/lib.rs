@@ -19,6 +19,12 @@
 //! | `CallbackOnComplete` / `RunContext` / `Context` | [`Completion`] / [`RunContext`] / [`Context`] |
 //! | `FnProperty`, `VarHandle`, `OprHandle` | [`FnProperty`], [`Var`], [`Operator`] |
 //!
+//! With the `aten` feature (on by default), the `ndarray` module is MXNet's `NDArray` over
+//! aten's `Tensor`: an array paired with a variable, whose ops are pushed with the inputs'
+//! variables as const vars and the output's as mutable var (`WaitToRead`, `WaitToWrite`,
+//! `SyncCopyFromCPU`, `SyncCopyToCPU`, `CopyFromTo`). Without it (`default-features = false`)
+//! the engine is tensor-agnostic and depends on no crate of this workspace.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +49,8 @@ mod engine;
 mod error;
 mod latch;
 mod naive;
+#[cfg(all(feature = "aten", not(loom)))]
+pub mod ndarray;
 mod opr;
 mod per_device;
 mod pooled;
@@ -61,6 +69,8 @@ pub use crate::engine::{
 };
 pub use crate::error::{EngineError, OpResult, Result};
 pub use crate::naive::NaiveEngine;
+#[cfg(all(feature = "aten", not(loom)))]
+pub use crate::ndarray::{NDArray, NDArrayError};
 pub use crate::opr::{AsyncFn, Completion, Operator, OperatorFn, SyncFn, Task};
 pub use crate::stream::{NoStream, NoStreams, RunContext, Stream, StreamKind, StreamProvider};
 pub use crate::threaded::ThreadedEngine;
