@@ -8,14 +8,7 @@ use std::path::PathBuf;
 /// Where the shared data folder is expected: `<workspace>/../shared/data`, or `$TENSORMEM_SHARED`
 /// (a `shared/` folder) when set.
 pub fn expected_shared_data_path() -> PathBuf {
-    if let Some(dir) = std::env::var_os("TENSORMEM_SHARED") {
-        return PathBuf::from(dir).join("data");
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("..")
-        .join("shared")
-        .join("data")
+    shared_data::expected_path()
 }
 
 /// The shared data folder, or `None` (after printing why) when it is absent and `CI` is not
@@ -24,19 +17,5 @@ pub fn expected_shared_data_path() -> PathBuf {
 /// # Panics
 /// When the folder is absent and the environment variable `CI` is `true`: CI must never skip.
 pub fn shared_data_dir() -> Option<PathBuf> {
-    let dir = expected_shared_data_path();
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    assert!(
-        !ci,
-        "shared data folder {} is missing, and CI=true forbids skipping",
-        dir.display()
-    );
-    eprintln!(
-        "skipping: shared data folder {} is missing (set TENSORMEM_SHARED to a shared/ folder)",
-        dir.display()
-    );
-    None
+    shared_data::dir("")
 }

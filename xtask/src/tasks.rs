@@ -87,33 +87,22 @@ pub fn gpu_test() -> TaskResult {
     ]);
     run("probe", probe)?;
 
-    let mut tests = cargo();
-    tests.args([
-        "test",
-        "-p",
-        "c10-cuda",
-        "--features",
-        "gpu-tests",
-        "--test",
-        "gpu",
-        "--",
-        "--test-threads=1",
-    ]);
-    run("gpu-tests c10-cuda", tests)?;
-
-    let mut aten = cargo();
-    aten.args([
-        "test",
-        "-p",
-        "aten",
-        "--features",
-        "gpu-tests",
-        "--test",
-        "gpu",
-        "--",
-        "--test-threads=1",
-    ]);
-    run("gpu-tests aten", aten)
+    for krate in ["c10-cuda", "aten"] {
+        let mut tests = cargo();
+        tests.args([
+            "test",
+            "-p",
+            krate,
+            "--features",
+            "gpu-tests",
+            "--test",
+            "gpu",
+            "--",
+            "--test-threads=1",
+        ]);
+        run(&format!("gpu-tests {krate}"), tests)?;
+    }
+    Ok(())
 }
 
 /// `cargo xtask valgrind`: build the unsafe-heavy crates' tests, run each binary under memcheck.

@@ -29,11 +29,7 @@ use std::path::PathBuf;
 use criterion::Criterion;
 
 fn snapshots_dir() -> Option<PathBuf> {
-    let shared = match std::env::var_os("TENSORMEM_SHARED") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    };
-    let dir = shared.join("data").join("snapshots");
+    let dir = shared_data::expected_path().join("snapshots");
     dir.is_dir().then_some(dir)
 }
 

@@ -12,25 +12,7 @@ use std::path::PathBuf;
 use tensormem_pickle::{Value, decode, encode};
 
 fn snapshots_dir() -> Option<PathBuf> {
-    let shared = match std::env::var_os("TENSORMEM_SHARED") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    };
-    let dir = shared.join("data").join("snapshots");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    assert!(
-        !ci,
-        "snapshot folder {} is missing, and CI=true forbids skipping",
-        dir.display()
-    );
-    eprintln!(
-        "skipping: snapshot folder {} is missing (set TENSORMEM_SHARED to a shared/ folder)",
-        dir.display()
-    );
-    None
+    shared_data::snapshots_dir()
 }
 
 /// Facts about one file, as CPython's `pickle.load` reads it.

@@ -73,11 +73,7 @@ for path in sys.argv[2:]:
 "#;
 
 fn snapshots_dir() -> Option<PathBuf> {
-    let shared = match std::env::var_os("TENSORMEM_SHARED") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    };
-    let dir = shared.join("data").join("snapshots");
+    let dir = shared_data::expected_path().join("snapshots");
     dir.is_dir().then_some(dir)
 }
 

@@ -9,32 +9,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tensormem_pickle::Value;
 
-/// `<workspace>/../shared/data/snapshots/<file>`, or under `$TENSORMEM_SHARED` when set; `None`
-/// (after printing why) when the folder is absent. The same rule as `integration_tests::
-/// shared_data_dir`, which this crate cannot depend on (that crate depends on this one).
+/// `<workspace>/../shared/data/snapshots/<file>`, or `None` (after printing why) when the
+/// folder is absent; see `shared_data::dir`.
 ///
 /// # Panics
 /// When the folder is absent and `CI` is `true`: CI must never skip.
 pub fn shared_snapshot(file: &str) -> Option<PathBuf> {
-    let shared = match std::env::var_os("TENSORMEM_SHARED") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    };
-    let dir = shared.join("data").join("snapshots");
-    if dir.is_dir() {
-        return Some(dir.join(file));
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    assert!(
-        !ci,
-        "shared snapshots folder {} is missing, and CI=true forbids skipping",
-        dir.display()
-    );
-    eprintln!(
-        "skipping: shared snapshots folder {} is missing (set TENSORMEM_SHARED to a shared/ folder)",
-        dir.display()
-    );
-    None
+    shared_data::snapshots_dir().map(|d| d.join(file))
 }
 
 /// A fresh folder under the system temp dir, removed (with its contents) on drop.

@@ -1,0 +1,77 @@
+//! Test support: where the shared data lives (`<workspace>/../shared/data`, the real PyTorch
+//! snapshots and DTR logs) and the workspace rule for its absence: tests skip with a message,
+//! except under `CI=true`, where a missing folder is a failure.
+//!
+//! Used as a dev-dependency by every crate whose tests or benches read the shared data.
+
+use std::path::PathBuf;
+
+/// `<workspace>/../shared/data`, or `$TENSORMEM_SHARED/data` when `TENSORMEM_SHARED` (a
+/// `shared/` folder) is set. The path may not exist.
+pub fn expected_path() -> PathBuf {
+    if let Some(dir) = std::env::var_os("TENSORMEM_SHARED") {
+        return PathBuf::from(dir).join("data");
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("..")
+        .join("..")
+        .join("shared")
+        .join("data")
+}
+
+/// Whether the environment says this is a CI run (`CI=true`).
+pub fn is_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// `sub` inside the shared data folder (`""` for the folder itself), or `None` after printing
+/// `skipping: ...` when it is absent.
+///
+/// # Panics
+/// When the folder is absent and `CI=true`: CI must never skip.
+pub fn dir(sub: &str) -> Option<PathBuf> {
+    let dir = expected_path().join(sub);
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    assert!(
+        !is_ci(),
+        "shared data folder {} is missing, and CI=true forbids skipping",
+        dir.display()
+    );
+    eprintln!(
+        "skipping: shared data folder {} is missing (set TENSORMEM_SHARED to a shared/ folder)",
+        dir.display()
+    );
+    None
+}
+
+/// The real PyTorch memory snapshots (`../shared/data/snapshots`); see [`dir`].
+///
+/// # Panics
+/// As [`dir`].
+pub fn snapshots_dir() -> Option<PathBuf> {
+    dir("snapshots")
+}
+
+/// The DTR paper's operator logs (`../shared/data/dtr-logs`); see [`dir`].
+///
+/// # Panics
+/// As [`dir`].
+pub fn dtr_logs_dir() -> Option<PathBuf> {
+    dir("dtr-logs")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_default_path_is_beside_the_workspace() {
+        if std::env::var_os("TENSORMEM_SHARED").is_none() {
+            let p = super::expected_path();
+            assert!(p.ends_with("shared/data"));
+            // crates/shared-data/../../.. is the folder holding the checkout.
+            assert!(p.starts_with(env!("CARGO_MANIFEST_DIR")));
+        }
+    }
+}
