@@ -85,9 +85,10 @@ impl AllocatorBackend {
     }
 
     /// Makes the budget count the allocator's `allocated_bytes` (block sizes) instead of the
-    /// storages' own bytes, as the live driver will, builder style. Each allocation is charged
-    /// its rounded size (`round_size`); a large block the allocator leaves unsplit can hold up
-    /// to 1 MiB more, which the live driver's free-memory callback covers.
+    /// storages' own bytes, as the live driver does ([`crate::live_backend`]), builder style.
+    /// Each allocation is charged its rounded size (`round_size`); a large block the allocator
+    /// leaves unsplit can hold up to 1 MiB more, which the live driver charges up front
+    /// ([`crate::live_backend::LiveBackend::charge_for`]).
     pub fn with_allocator_accounting(mut self, on: bool) -> Self {
         self.accounting = on;
         self

@@ -4,8 +4,8 @@
 //! The core decides *what* to compute, evict and free; a [`Backend`] does it. The simulated
 //! driver ([`crate::sim`]) runs logged costs and allocates nothing ([`NullBackend`]) or routes
 //! every storage through the caching allocator ([`crate::allocator_backend`]); the live driver
-//! (planned, over `aten` tensors) keeps one rematerializer closure per [`OpId`] and one tensor
-//! per [`TensorId`], and frees a storage's bytes when the core evicts it.
+//! ([`crate::live_backend`], over `aten` tensors) keeps one rematerializer closure per [`OpId`]
+//! and one tensor per [`TensorId`], and frees a storage's bytes when the core evicts it.
 
 use crate::error::BoxError;
 use crate::graph::{OpId, StorageId, TensorId};

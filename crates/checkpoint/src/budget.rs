@@ -48,10 +48,10 @@ impl<B: Backend> Runtime<B> {
     }
 
     /// Evicts the heuristic's choice now, if there is one; returns whether it freed anything.
-    /// This is the body of a caching-allocator free-memory callback
-    /// (`CachingAllocator::register_free_memory_callback`), which the allocator runs on a cache
-    /// miss before asking the device for more: the live driver evicts until the allocation
-    /// fits in the cache.
+    /// This is what a caching-allocator free-memory callback
+    /// (`CachingAllocator::register_free_memory_callback`, run on a cache miss before the
+    /// allocator asks the device for more) would do; the live driver evicts before each call
+    /// instead ([`Runtime::make_room`]; [`crate::live`] says why).
     ///
     /// # Errors
     /// [`Error::Backend`] when freeing fails.

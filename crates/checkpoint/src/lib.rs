@@ -6,8 +6,10 @@
 //!   `MEMORY`, with simrd's conventions (runtime "V2 eager optimized"), optionally routing every
 //!   storage through c10-cuda's caching allocator ([`allocator_backend`]) to report reserved
 //!   bytes and fragmentation;
-//! - live (planned, over `aten` tensors): one rematerializer closure per [`OpId`], costs
-//!   measured per op, sizes from the storages' bytes.
+//! - live ([`live`], over `aten` tensors on a caching-allocator device): one rematerializer
+//!   closure per [`OpId`] ([`live_backend`]), costs measured per op (or declared), sizes from
+//!   shape inference ([`live_ops`]), the budget on the allocator's own allocated bytes, and a
+//!   debug check that every recomputed value is bit-identical to its first computation.
 //!
 //! Storages (alias pools) are the unit of eviction; multi-output calls rematerialize together;
 //! constants and pinned storages are never evicted; inputs of the running call are locked; a
@@ -46,6 +48,9 @@ pub mod error;
 mod estar;
 pub mod graph;
 pub mod heuristic;
+pub mod live;
+pub mod live_backend;
+pub mod live_ops;
 pub mod log;
 pub mod log_writer;
 pub mod profile;

@@ -15,6 +15,7 @@ use c10_cuda::config::AllocatorConfig;
 use tensormem::replay::{ReplayOptions, replay};
 use tensormem::report::{self, JsonReport};
 use tensormem::size::parse_size;
+use tensormem::train::{self, BudgetChoice, Model, TrainOptions};
 use tensormem::{demo, load, plot, state, sweep};
 
 mod dtr;
@@ -36,6 +37,65 @@ enum Command {
     Demo,
     /// Simulate Dynamic Tensor Rematerialization on a DTR operator log under hard budgets.
     Dtr(dtr::DtrArgs),
+    /// Train a small model live under Dynamic Tensor Rematerialization on the simulated
+    /// device, without and with a hard budget, and compare losses, memory and compute.
+    Train(TrainArgs),
+}
+
+#[derive(clap::Args)]
+struct TrainArgs {
+    /// Hard budget on the caching allocator's allocated bytes, e.g. 4MiB (default: the
+    /// smallest feasible budget, found by bisection).
+    #[arg(long, value_name = "BYTES", conflicts_with = "ratio")]
+    budget: Option<String>,
+    /// Budget as a ratio of the unbudgeted run's peak allocated bytes, e.g. 0.5.
+    #[arg(long, value_name = "R")]
+    ratio: Option<f64>,
+    /// SGD steps.
+    #[arg(long, default_value_t = 5)]
+    steps: usize,
+    /// The model: mlp or transformer.
+    #[arg(long, default_value = "mlp")]
+    model: String,
+    /// Eviction heuristic: dtr, dtr-eq, dtr-local, lru, largest, msps, random.
+    #[arg(long, value_name = "NAME", default_value = "dtr-eq")]
+    heuristic: String,
+    /// Op costs: measured (wall-clock ns of each op, as the prototype) or estimated (declared
+    /// arithmetic work; deterministic eviction choices).
+    #[arg(long, value_name = "MODEL", default_value = "measured")]
+    cost: String,
+    /// Write the last budgeted step's operator log in the DTR paper's format (replay it with
+    /// `tensormem dtr FILE`).
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    /// Samples per step.
+    #[arg(long)]
+    batch: Option<i64>,
+    /// Input features (mlp) or model width (transformer).
+    #[arg(long)]
+    features: Option<i64>,
+    /// Hidden width (mlp).
+    #[arg(long)]
+    width: Option<i64>,
+    /// Hidden layers (mlp).
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Tokens per sample (transformer).
+    #[arg(long)]
+    seq: Option<i64>,
+    /// Learning rate (default: 0.05 for mlp, 0.03 for transformer).
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Seed of the data and the initial weights.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Skip the debug check that hashes every value and compares each recomputation.
+    #[arg(long)]
+    no_check: bool,
+    /// A budgeted step thrashes once its rematerialization passes (X - 1) times the baseline's
+    /// compute per step.
+    #[arg(long, value_name = "X", default_value_t = 2.0)]
+    overhead_limit: f64,
 }
 
 #[derive(clap::Args)]
@@ -79,6 +139,7 @@ fn main() -> ExitCode {
         }
         Some(Command::Replay(args)) => run_replay(args).and_then(|out| emit(out.as_bytes())),
         Some(Command::Dtr(args)) => dtr::run(&args).and_then(|out| emit(out.as_bytes())),
+        Some(Command::Train(args)) => run_train(&args).and_then(|out| emit(out.as_bytes())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -262,6 +323,153 @@ fn run_replay(args: ReplayArgs) -> Result<String, String> {
         let _ = writeln!(
             out,
             "snapshot written to {} (open it at https://pytorch.org/memory_viz)",
+            p.display()
+        );
+    }
+    Ok(out)
+}
+
+/// Runs `tensormem train` and returns the report.
+fn run_train(args: &TrainArgs) -> Result<String, String> {
+    let defaults = TrainOptions::default();
+    let model: Model = args.model.parse().map_err(|e| format!("--model: {e}"))?;
+    let mut o = TrainOptions {
+        model,
+        steps: args.steps,
+        seed: args.seed,
+        check_remat: !args.no_check,
+        overhead_limit: args.overhead_limit,
+        heuristic: args
+            .heuristic
+            .parse()
+            .map_err(|e| format!("--heuristic: {e}"))?,
+        cost: match args.cost.as_str() {
+            "measured" => checkpoint::live::CostModel::Measured,
+            "estimated" => checkpoint::live::CostModel::Estimated,
+            other => {
+                return Err(format!(
+                    "--cost: unknown cost model {other:?} (expected measured or estimated)"
+                ));
+            }
+        },
+        ..defaults
+    };
+    if model == Model::Transformer {
+        o.batch = 16;
+        o.features = 64;
+        o.lr = 0.03;
+    }
+    if let Some(lr) = args.lr {
+        if !(lr.is_finite() && lr > 0.0) {
+            return Err(format!("--lr {lr}: expected a positive learning rate"));
+        }
+        o.lr = lr;
+    }
+    let positive = |name: &str, v: Option<i64>, slot: &mut i64| -> Result<(), String> {
+        match v {
+            Some(n) if n <= 0 => Err(format!("--{name} {n}: expected a positive number")),
+            Some(n) => {
+                *slot = n;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    };
+    positive("batch", args.batch, &mut o.batch)?;
+    positive("features", args.features, &mut o.features)?;
+    positive("width", args.width, &mut o.width)?;
+    positive("seq", args.seq, &mut o.seq)?;
+    if let Some(l) = args.layers {
+        if l == 0 {
+            return Err("--layers 0: expected at least one hidden layer".into());
+        }
+        o.layers = l;
+    }
+    if o.steps == 0 {
+        return Err("--steps 0: expected at least one step".into());
+    }
+    if !(o.overhead_limit.is_finite() && o.overhead_limit >= 1.0) {
+        return Err(format!(
+            "--overhead-limit {}: expected a number of at least 1",
+            o.overhead_limit
+        ));
+    }
+    if let Some(r) = args.ratio {
+        if !(r.is_finite() && r > 0.0) {
+            return Err(format!("--ratio {r}: expected a ratio above 0 (e.g. 0.5)"));
+        }
+    }
+    let budget_bytes = match &args.budget {
+        Some(b) => Some(parse_size(b).map_err(|e| format!("--budget: {e}"))? as u64),
+        None => None,
+    };
+    let open_log = || -> Result<Option<train::LogSink>, String> {
+        match &args.log {
+            Some(p) => {
+                let f =
+                    std::fs::File::create(p).map_err(|e| format!("--log {}: {e}", p.display()))?;
+                Ok(Some(Box::new(std::io::BufWriter::new(f))))
+            }
+            None => Ok(None),
+        }
+    };
+    let front = aten::sim::install(1, 1 << 36).map_err(|e| e.to_string())?;
+    if o.cost == checkpoint::live::CostModel::Measured {
+        // A warm-up run, so that the baseline's measured times are not those of a cold start.
+        train::train(&front, &o, None, None, None).map_err(|e| e.to_string())?;
+    }
+    let baseline = train::train(&front, &o, None, None, None).map_err(|e| e.to_string())?;
+    let limit = Some(train::remat_limit(&o, &baseline));
+    let infeasible = |budget: u64, e: checkpoint::live::LiveError| {
+        if train::is_infeasible(&e) {
+            format!("budget {budget} bytes is infeasible for this model: {e}")
+        } else {
+            e.to_string()
+        }
+    };
+    let (choice, run) = match (budget_bytes, args.ratio) {
+        (Some(b), _) => {
+            let run = train::train(&front, &o, Some(b), limit, open_log()?)
+                .map_err(|e| infeasible(b, e))?;
+            (BudgetChoice::Bytes, run)
+        }
+        (None, Some(r)) => {
+            let b = checkpoint::budget_for_ratio(baseline.peak_allocated, r);
+            let run = train::train(&front, &o, Some(b), limit, open_log()?)
+                .map_err(|e| infeasible(b, e))?;
+            (BudgetChoice::Ratio(r), run)
+        }
+        (None, None) => {
+            let s =
+                train::smallest_feasible(&front, &o, &baseline, 8).map_err(|e| e.to_string())?;
+            let run = match open_log()? {
+                Some(sink) => train::train(&front, &o, Some(s.budget), limit, Some(sink))
+                    .map_err(|e| infeasible(s.budget, e))?,
+                None => s.run,
+            };
+            (
+                BudgetChoice::Searched {
+                    ratio: s.ratio,
+                    tries: s.tries,
+                },
+                run,
+            )
+        }
+    };
+    let mut out = train::report(&o, &baseline, &run, &choice);
+    if baseline
+        .losses
+        .iter()
+        .map(|l| l.to_bits())
+        .ne(run.losses.iter().map(|l| l.to_bits()))
+    {
+        return Err("the losses with the budget differ from the losses without it".into());
+    }
+    if let Some(p) = &args.log {
+        let _ = writeln!(
+            out,
+            "operator log of the last budgeted step written to {} (replay: tensormem dtr {})",
+            p.display(),
             p.display()
         );
     }

@@ -1,5 +1,5 @@
 //! The `tensormem` command end to end: bad input gives one error line and exit status 2, the
-//! reports (text and `--json`), the demo, `--plot` and `--dump`.
+//! reports (text and `--json`), the demo, `--plot` and `--dump`, and `tensormem train`.
 //!
 //! Inputs are written into scratch folders and the binary runs there, so messages show
 //! relative paths. Tests on the real snapshots skip without `../shared` (fail under `CI=true`).
@@ -1004,4 +1004,121 @@ fn closed_stdout_is_not_an_error() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
         assert_eq!(stderr(&out), "", "{args:?}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `tensormem train`: live DTR on the simulated device.
+
+/// A small MLP, costs estimated, so that every figure but wall times is deterministic.
+const SMALL_TRAIN: [&str; 13] = [
+    "train",
+    "--batch",
+    "64",
+    "--features",
+    "16",
+    "--width",
+    "16",
+    "--layers",
+    "4",
+    "--steps",
+    "3",
+    "--cost",
+    "estimated",
+];
+
+#[test]
+fn train_report_with_the_searched_budget() {
+    let dir = Scratch::new("train");
+    let text = success(&tensormem(dir.path(), &SMALL_TRAIN));
+    assert!(
+        text.contains("losses with and without the budget: bit-identical"),
+        "{text}"
+    );
+    assert!(text.contains("the smallest feasible ratio found"), "{text}");
+    let rows: Vec<&str> = text.lines().filter(|l| l.ends_with("  yes")).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    insta::with_settings!({filters => vec![
+        (r"\d+\.\d ms", "[time]"),
+    ]}, {
+        insta::assert_snapshot!(text);
+    });
+}
+
+#[test]
+fn train_log_replays_with_tensormem_dtr() {
+    let dir = Scratch::new("train-log");
+    let mut args = SMALL_TRAIN.to_vec();
+    args.extend(["--ratio", "0.8", "--log", "step.log", "--model", "mlp"]);
+    let text = success(&tensormem(dir.path(), &args));
+    assert!(
+        text.contains("operator log of the last budgeted step written to step.log"),
+        "{text}"
+    );
+    let replay = success(&tensormem(
+        dir.path(),
+        &["dtr", "step.log", "--ratio", "0.6"],
+    ));
+    assert!(replay.contains(" OK"), "{replay}");
+}
+
+#[test]
+fn train_transformer_runs() {
+    let dir = Scratch::new("train-transformer");
+    let text = success(&tensormem(
+        dir.path(),
+        &[
+            "train",
+            "--model",
+            "transformer",
+            "--batch",
+            "2",
+            "--seq",
+            "8",
+            "--features",
+            "16",
+            "--steps",
+            "2",
+            "--ratio",
+            "0.9",
+            "--cost",
+            "estimated",
+        ],
+    ));
+    assert!(
+        text.contains("losses with and without the budget: bit-identical"),
+        "{text}"
+    );
+    assert!(
+        text.contains("peak allocated") && text.contains("<= budget"),
+        "{text}"
+    );
+}
+
+#[rstest]
+#[case::model(&["--model", "resnet"], "--model")]
+#[case::heuristic(&["--heuristic", "best"], "--heuristic")]
+#[case::cost(&["--cost", "fast"], "--cost")]
+#[case::ratio(&["--ratio", "0"], "--ratio")]
+#[case::budget_unit(&["--budget", "4 parsecs"], "--budget")]
+#[case::infeasible(&["--budget", "1KiB"], "infeasible")]
+#[case::steps(&["--steps", "0"], "--steps")]
+#[case::log(&["--ratio", "0.9", "--log", "missing/dir/step.log"], "--log")]
+fn train_bad_options_are_one_line(#[case] extra: &[&str], #[case] names: &str) {
+    let dir = Scratch::new("train-bad");
+    // SMALL_TRAIN without the options the case sets.
+    let mut args = vec![SMALL_TRAIN[0]];
+    for pair in SMALL_TRAIN[1..].chunks(2) {
+        if !extra.contains(&pair[0]) {
+            args.extend_from_slice(pair);
+        }
+    }
+    args.extend_from_slice(extra);
+    let o = tensormem(dir.path(), &args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("tensormem: error: ") && err.contains(names),
+        "{err}"
+    );
 }
