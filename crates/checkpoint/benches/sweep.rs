@@ -39,11 +39,7 @@ use criterion::Criterion;
 const LOGS: [&str; 5] = ["lstm", "resnet32", "transformer", "tv_densenet121", "unet"];
 
 fn logs_dir() -> Option<PathBuf> {
-    let shared = match std::env::var_os("TENSORMEM_SHARED") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    };
-    let dir = shared.join("data").join("dtr-logs");
+    let dir = shared_data::expected_path().join("dtr-logs");
     dir.is_dir().then_some(dir)
 }
 

@@ -1,44 +1,16 @@
-//! Locating `../shared/data/dtr-logs` for the tests that read the paper's logs: skip with a
-//! message when the folder is absent, fail under `CI=true` (the workspace rule of
-//! `tests/support.rs`, copied here so this crate depends on nothing for it).
+//! Locating the paper's logs in `../shared/data/dtr-logs` for the tests (through the
+//! `shared-data` crate: skip with a message when absent, fail under `CI=true`).
 
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-
-/// `<workspace>/../shared/data`, or `$TENSORMEM_SHARED/data` when that is set.
-pub fn expected_shared_data_path() -> PathBuf {
-    if let Some(dir) = std::env::var_os("TENSORMEM_SHARED") {
-        return PathBuf::from(dir).join("data");
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("..")
-        .join("..")
-        .join("shared")
-        .join("data")
-}
 
 /// The DTR log folder, or `None` (after saying why) when it is absent and `CI` is not `true`.
 ///
 /// # Panics
 /// When the folder is absent under `CI=true`.
 pub fn dtr_logs_dir() -> Option<PathBuf> {
-    let dir = expected_shared_data_path().join("dtr-logs");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    assert!(
-        !ci,
-        "shared data folder {} is missing, and CI=true forbids skipping",
-        dir.display()
-    );
-    eprintln!(
-        "skipping: shared data folder {} is missing (set TENSORMEM_SHARED to a shared/ folder)",
-        dir.display()
-    );
-    None
+    shared_data::dtr_logs_dir()
 }
 
 /// The log whose file name starts with `prefix` (`resnet32`, `unet`, ...).
