@@ -156,13 +156,13 @@ impl VarList {
             std::collections::HashSet::with_capacity(const_vars.len() + mutable_vars.len());
         let mut all: Vec<Var> = Vec::with_capacity(const_vars.len() + mutable_vars.len());
         for v in mutable_vars {
-            if seen.insert(Arc::as_ptr(&v.0)) {
+            if seen.insert(v.0.as_ptr()) {
                 all.push(v.clone());
             }
         }
         let n_writes = all.len();
         for v in const_vars {
-            if seen.insert(Arc::as_ptr(&v.0)) {
+            if seen.insert(v.0.as_ptr()) {
                 all.push(v.clone());
             }
         }

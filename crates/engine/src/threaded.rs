@@ -333,12 +333,11 @@ impl Core {
         scratch: &mut Scratch,
     ) {
         for v in op.writes() {
-            let mut st = v.0.state.lock();
             if let Some(slot) = &error {
-                st.error = Some(Arc::clone(slot));
+                *v.0.error.lock() = Some(Arc::clone(slot));
                 v.0.error_hint.store(true, Ordering::Release);
             }
-            st.queue.complete_write(&mut scratch.grants);
+            v.0.state.lock().queue.complete_write(&mut scratch.grants);
         }
         for v in op.reads() {
             v.0.state.lock().queue.complete_read(&mut scratch.grants);

@@ -53,11 +53,17 @@ pub enum Grant<O, W> {
 #[derive(Debug)]
 pub struct VarQueue<O, W> {
     queue: VecDeque<Waiting<O, W>>,
-    running_reads: usize,
-    write_running: bool,
-    queued_writes: usize,
     version: u64,
+    /// Granted reads still running, or [`WRITE_RUNNING`] while the granted write runs
+    /// (MXNet's `num_pending_reads_`, -1 for a running write). Kept to 32 bits, with
+    /// `queued_writes`, so that the whole state, its lock and the variable's reference count
+    /// share one cache line.
+    running: u32,
+    queued_writes: u32,
 }
+
+/// `VarQueue::running` while a write runs.
+const WRITE_RUNNING: u32 = u32::MAX;
 
 impl<O, W> Default for VarQueue<O, W> {
     fn default() -> Self {
@@ -70,10 +76,9 @@ impl<O, W> VarQueue<O, W> {
     pub fn new() -> Self {
         VarQueue {
             queue: VecDeque::new(),
-            running_reads: 0,
-            write_running: false,
-            queued_writes: 0,
             version: 0,
+            running: 0,
+            queued_writes: 0,
         }
     }
 
@@ -81,8 +86,9 @@ impl<O, W> VarQueue<O, W> {
     /// at once (`make` is not called); otherwise the block `make()` is queued and `false`
     /// returned.
     pub fn append_read(&mut self, make: impl FnOnce() -> O) -> bool {
-        if !self.write_running && self.queue.is_empty() {
-            self.running_reads += 1;
+        if self.running != WRITE_RUNNING && self.queue.is_empty() {
+            self.running += 1;
+            assert!(self.running != WRITE_RUNNING, "too many running reads");
             true
         } else {
             self.queue.push_back(Waiting::Read(make()));
@@ -93,7 +99,7 @@ impl<O, W> VarQueue<O, W> {
     /// Appends a write (MXNet's `AppendWriteDependency`). Returns `true` when granted at once.
     pub fn append_write(&mut self, make: impl FnOnce() -> O) -> bool {
         if self.is_idle() {
-            self.write_running = true;
+            self.running = WRITE_RUNNING;
             true
         } else {
             self.queued_writes += 1;
@@ -105,7 +111,7 @@ impl<O, W> VarQueue<O, W> {
     /// For `wait_for_var`: returns `true` when no write is running or queued (pending reads do
     /// not block it); otherwise queues `make()` to be woken once every earlier write is done.
     pub fn append_wait_read(&mut self, make: impl FnOnce() -> W) -> bool {
-        if !self.write_running && self.queued_writes == 0 {
+        if self.running != WRITE_RUNNING && self.queued_writes == 0 {
             true
         } else {
             self.queue.push_back(Waiting::WaitRead(make()));
@@ -131,11 +137,11 @@ impl<O, W> VarQueue<O, W> {
     /// If no read is running (an engine bug).
     pub fn complete_read(&mut self, out: &mut Vec<Grant<O, W>>) {
         assert!(
-            self.running_reads > 0,
+            self.running != 0 && self.running != WRITE_RUNNING,
             "complete_read without a running read"
         );
-        self.running_reads -= 1;
-        if self.running_reads == 0 {
+        self.running -= 1;
+        if self.running == 0 {
             self.grant(out);
         }
     }
@@ -146,15 +152,18 @@ impl<O, W> VarQueue<O, W> {
     /// # Panics
     /// If no write is running (an engine bug).
     pub fn complete_write(&mut self, out: &mut Vec<Grant<O, W>>) {
-        assert!(self.write_running, "complete_write without a running write");
-        self.write_running = false;
+        assert!(
+            self.running == WRITE_RUNNING,
+            "complete_write without a running write"
+        );
+        self.running = 0;
         self.version += 1;
         self.grant(out);
     }
 
     /// Releases blocks from the head of the queue while the rules allow.
     fn grant(&mut self, out: &mut Vec<Grant<O, W>>) {
-        debug_assert!(!self.write_running);
+        debug_assert!(self.running != WRITE_RUNNING);
         loop {
             match self.queue.front() {
                 None => return,
@@ -162,7 +171,8 @@ impl<O, W> VarQueue<O, W> {
                     let Some(Waiting::Read(op)) = self.queue.pop_front() else {
                         unreachable!()
                     };
-                    self.running_reads += 1;
+                    self.running += 1;
+                    assert!(self.running != WRITE_RUNNING, "too many running reads");
                     out.push(Grant::Run(op));
                 }
                 Some(Waiting::WaitRead(_)) => {
@@ -172,18 +182,18 @@ impl<O, W> VarQueue<O, W> {
                     out.push(Grant::Wake(w));
                 }
                 Some(Waiting::Write(_)) => {
-                    if self.running_reads == 0 {
+                    if self.running == 0 {
                         let Some(Waiting::Write(op)) = self.queue.pop_front() else {
                             unreachable!()
                         };
                         self.queued_writes -= 1;
-                        self.write_running = true;
+                        self.running = WRITE_RUNNING;
                         out.push(Grant::Run(op));
                     }
                     return;
                 }
                 Some(Waiting::WaitWrite(_)) => {
-                    if self.running_reads > 0 {
+                    if self.running != 0 {
                         return;
                     }
                     let Some(Waiting::WaitWrite(w)) = self.queue.pop_front() else {
@@ -197,7 +207,7 @@ impl<O, W> VarQueue<O, W> {
 
     /// Whether nothing runs and nothing waits.
     pub fn is_idle(&self) -> bool {
-        !self.write_running && self.running_reads == 0 && self.queue.is_empty()
+        self.running == 0 && self.queue.is_empty()
     }
 
     /// Completed writes so far (MXNet's `VarHandle::version`).
@@ -207,12 +217,16 @@ impl<O, W> VarQueue<O, W> {
 
     /// Granted reads still running.
     pub fn running_reads(&self) -> usize {
-        self.running_reads
+        if self.running == WRITE_RUNNING {
+            0
+        } else {
+            self.running as usize
+        }
     }
 
     /// Whether the granted write is running.
     pub fn write_running(&self) -> bool {
-        self.write_running
+        self.running == WRITE_RUNNING
     }
 
     /// Blocks waiting in the FIFO (ops and waiters).
@@ -225,12 +239,17 @@ impl<O, W> VarQueue<O, W> {
 #[derive(Debug)]
 pub(crate) struct VarState {
     pub(crate) queue: VarQueue<OpRef, Arc<Latch>>,
-    /// The failure of the last op that wrote this variable with an error, shared with every
-    /// variable it poisoned; empty once delivered.
-    pub(crate) error: Option<Arc<ErrorSlot>>,
 }
 
+/// A variable's shared state. The first cache line holds what every push and completion
+/// writes (the reference count, the lock and the queue), so that a thread taking over a
+/// variable from another core misses on one line only; the rest (read-mostly) lies on the next
+/// line, and no two variables share a line.
+#[repr(C, align(64))]
 pub(crate) struct VarInner {
+    /// Handles and ops referring to the variable (`Var` is a hand-made `Arc`).
+    refs: std::sync::atomic::AtomicUsize,
+    pub(crate) state: Mutex<VarState>,
     pub(crate) id: u64,
     /// The engine that made this variable.
     pub(crate) owner: u64,
@@ -238,9 +257,64 @@ pub(crate) struct VarInner {
     /// lock: single-variable pushes read it under the variable lock, multi-variable pushes
     /// under the push lock.
     pub(crate) deleted: AtomicBool,
-    /// A cheap "maybe poisoned" flag, so ops check `state.error` only when it is set.
+    /// A cheap "maybe poisoned" flag, so ops check `error` only when it is set.
     pub(crate) error_hint: AtomicBool,
-    pub(crate) state: Mutex<VarState>,
+    /// The failure of the last op that wrote this variable with an error, shared with every
+    /// variable it poisoned; empty once delivered. Stored before the write that failed is
+    /// completed, so every op that write releases sees it.
+    pub(crate) error: Mutex<Option<Arc<ErrorSlot>>>,
+}
+
+/// A counted pointer to a [`VarInner`] (an `Arc` whose count lies in the variable's hot
+/// cache line: cloning a variable for an op costs no extra cache miss).
+pub(crate) struct VarRef(std::ptr::NonNull<VarInner>);
+
+// SAFETY: `VarInner` is `Send + Sync` (atomics and locks); `VarRef` shares it like `Arc`.
+unsafe impl Send for VarRef {}
+// SAFETY: as above.
+unsafe impl Sync for VarRef {}
+
+impl VarRef {
+    fn new(inner: VarInner) -> Self {
+        VarRef(std::ptr::NonNull::from(Box::leak(Box::new(inner))))
+    }
+
+    pub(crate) fn as_ptr(&self) -> *const VarInner {
+        self.0.as_ptr()
+    }
+}
+
+impl std::ops::Deref for VarRef {
+    type Target = VarInner;
+
+    fn deref(&self) -> &VarInner {
+        // SAFETY: the block lives while a `VarRef` (this one) counts it.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl Clone for VarRef {
+    fn clone(&self) -> Self {
+        // Relaxed as in `Arc::clone`: a new reference comes from an existing one.
+        let old = self.refs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            old < isize::MAX as usize,
+            "variable reference count overflow"
+        );
+        VarRef(self.0)
+    }
+}
+
+impl Drop for VarRef {
+    fn drop(&mut self) {
+        use std::sync::atomic::{Ordering as O, fence};
+        if self.refs.fetch_sub(1, O::Release) != 1 {
+            return;
+        }
+        fence(O::Acquire);
+        // SAFETY: this was the last reference; the block came from `Box::leak` in `new`.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
 }
 
 /// A variable: a unit of dependency tracking (MXNet's `VarHandle` / `Engine::NewVariable`).
@@ -249,19 +323,20 @@ pub(crate) struct VarInner {
 /// long as a handle or a pending op refers to it, so an op can never touch a freed variable.
 /// Equality is identity.
 #[derive(Clone)]
-pub struct Var(pub(crate) Arc<VarInner>);
+pub struct Var(pub(crate) VarRef);
 
 impl Var {
     pub(crate) fn new(id: u64, owner: u64) -> Self {
-        Var(Arc::new(VarInner {
+        Var(VarRef::new(VarInner {
+            refs: std::sync::atomic::AtomicUsize::new(1),
+            state: Mutex::new(VarState {
+                queue: VarQueue::new(),
+            }),
             id,
             owner,
             deleted: AtomicBool::new(false),
             error_hint: AtomicBool::new(false),
-            state: Mutex::new(VarState {
-                queue: VarQueue::new(),
-                error: None,
-            }),
+            error: Mutex::new(None),
         }))
     }
 
@@ -287,9 +362,8 @@ impl Var {
             return false;
         }
         self.0
-            .state
-            .lock()
             .error
+            .lock()
             .as_ref()
             .is_some_and(|slot| slot.is_set())
     }
@@ -300,11 +374,11 @@ impl Var {
         if !self.0.error_hint.load(Ordering::Acquire) {
             return None;
         }
-        let mut state = self.0.state.lock();
-        match &state.error {
+        let mut error = self.0.error.lock();
+        match &*error {
             Some(slot) if slot.is_set() => Some(Arc::clone(slot)),
             _ => {
-                state.error = None;
+                *error = None;
                 self.0.error_hint.store(false, Ordering::Release);
                 None
             }
@@ -319,7 +393,7 @@ impl Var {
     }
 
     pub(crate) fn ptr_eq(&self, other: &Var) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        std::ptr::eq(self.0.as_ptr(), other.0.as_ptr())
     }
 }
 
@@ -342,3 +416,7 @@ impl fmt::Debug for Var {
         write!(f, "Var({})", self.0.id)
     }
 }
+
+// The hot part (count, lock, queue) fills exactly the first cache line.
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::offset_of!(VarInner, id) == 64);
