@@ -168,23 +168,7 @@ impl Engine for NaiveEngine {
     fn delete_variable(&self, var: &Var, ctx: Context, delete_fn: Option<DeleteFn>) -> Result<()> {
         self.check(std::slice::from_ref(var))?;
         var.0.deleted.store(true, Ordering::Release);
-        let opts = crate::engine::PushOptions {
-            ctx,
-            prop: FnProperty::DeleteVar,
-            priority: 0,
-            name: "DeleteVariable",
-        };
-        let task = Task::sync(
-            move |rctx: &mut RunContext<'_>| {
-                if let Some(f) = delete_fn {
-                    f(rctx);
-                }
-                Ok(())
-            },
-            &[],
-            std::slice::from_ref(var),
-            opts,
-        );
+        let task = Task::delete_variable(var, ctx, delete_fn);
         self.run(task.op)
     }
 

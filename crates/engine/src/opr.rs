@@ -298,6 +298,32 @@ impl Task {
         }
     }
 
+    /// The op `delete_variable` pushes (MXNet's `DeleteVariable`): it writes `var`, so it runs
+    /// after every earlier use, and calls `delete_fn` (if any) in its run context.
+    pub(crate) fn delete_variable(
+        var: &Var,
+        ctx: crate::context::Context,
+        delete_fn: Option<crate::engine::DeleteFn>,
+    ) -> Task {
+        let opts = PushOptions {
+            ctx,
+            prop: crate::engine::FnProperty::DeleteVar,
+            priority: 0,
+            name: "DeleteVariable",
+        };
+        Task::sync(
+            move |rctx: &mut crate::stream::RunContext<'_>| {
+                if let Some(f) = delete_fn {
+                    f(rctx);
+                }
+                Ok(())
+            },
+            &[],
+            std::slice::from_ref(var),
+            opts,
+        )
+    }
+
     /// A synchronous op (MXNet's `PushSync` body): `f` runs on a worker and its return value
     /// is the op's result. A variable in both lists is a write; repeats are ignored.
     pub fn sync<F: SyncFn>(

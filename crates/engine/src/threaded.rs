@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::bulk::Bulk;
 use crate::context::Context;
-use crate::engine::{DeleteFn, Engine, EngineConfig, EngineKind, FnProperty, PushOptions};
+use crate::engine::{DeleteFn, Engine, EngineConfig, EngineKind, FnProperty};
 use crate::error::{EngineError, ErrorList, ErrorSlot, OpResult, Result};
 use crate::latch::{Latch, PendingOps};
 use crate::opr::{Completion, CompletionSink, OpRef, Operator, OperatorFn, Task, op_error};
@@ -424,24 +424,7 @@ impl Core {
         self.check_owner(var)?;
         self.flush_bulk()?;
         self.exec.check_ctx(ctx)?;
-        let opts = PushOptions {
-            ctx,
-            prop: FnProperty::DeleteVar,
-            priority: 0,
-            name: "DeleteVariable",
-        };
-        let op = Task::sync(
-            move |rctx: &mut RunContext<'_>| {
-                if let Some(f) = delete_fn {
-                    f(rctx);
-                }
-                Ok(())
-            },
-            &[],
-            std::slice::from_ref(var),
-            opts,
-        )
-        .op;
+        let op = Task::delete_variable(var, ctx, delete_fn).op;
         self.pending.add(1);
         if self.stopped.load(Ordering::SeqCst) {
             self.pending.sub(1);
