@@ -121,7 +121,7 @@ impl Log {
     }
 }
 
-/// A bad log. Every variant but `Io` names the 1-based line.
+/// A bad log. Every variant but `Io` and `Empty` names the 1-based line.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     /// The file could not be read.
@@ -133,6 +133,9 @@ pub enum LogError {
         #[source]
         source: std::io::Error,
     },
+    /// The log holds no instruction at all (an empty or blank file).
+    #[error("the log is empty: no instruction on any line")]
+    Empty,
     /// Not JSON.
     #[error("line {line}: invalid JSON: {message}")]
     Json {
@@ -226,10 +229,10 @@ pub enum LogError {
 }
 
 impl LogError {
-    /// The 1-based line the error is about (`None` for I/O errors).
+    /// The 1-based line the error is about (`None` for I/O errors and an empty log).
     pub fn line(&self) -> Option<usize> {
         match self {
-            LogError::Io { .. } => None,
+            LogError::Io { .. } | LogError::Empty => None,
             LogError::Json { line, .. }
             | LogError::NotAnObject { line }
             | LogError::UnknownInstruction { line, .. }
@@ -425,6 +428,9 @@ pub fn parse(text: &str) -> Result<Log, LogError> {
             continue;
         }
         raws.push(parse_line(i + 1, l)?);
+    }
+    if raws.is_empty() {
+        return Err(LogError::Empty);
     }
     let start = raws
         .iter()

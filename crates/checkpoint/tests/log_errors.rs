@@ -183,3 +183,16 @@ fn release_twice_is_a_runtime_error_with_the_line() {
     assert_eq!(err.line, 16);
     assert!(err.to_string().starts_with("line 16: tensor "), "{err}");
 }
+
+#[test]
+fn an_empty_or_blank_log_is_an_error_not_an_empty_run() {
+    for text in ["", "\n\n", "   \n"] {
+        let err = checkpoint::log::parse(text).expect_err("an empty log must be refused");
+        assert!(matches!(err, checkpoint::log::LogError::Empty));
+        assert_eq!(err.line(), None);
+        assert_eq!(
+            err.to_string(),
+            "the log is empty: no instruction on any line"
+        );
+    }
+}

@@ -33,7 +33,7 @@ struct Cli {
 enum Command {
     /// Replay a snapshot from torch.cuda.memory._dump_snapshot() (pickle) or its JSON export.
     Replay(ReplayArgs),
-    /// Run the built-in demo workload (a small transformer training step); the default.
+    /// Run the built-in demo workload (two training steps of a small transformer); the default.
     Demo,
     /// Simulate Dynamic Tensor Rematerialization on a DTR operator log under hard budgets.
     Dtr(dtr::DtrArgs),
@@ -117,7 +117,7 @@ struct ReplayArgs {
     /// Print the report as JSON (schema in the README).
     #[arg(long)]
     json: bool,
-    /// Draw allocated and reserved bytes over the events into an .svg (or .png) file.
+    /// Draw allocated and reserved bytes over the events into an .svg file.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
     /// Write our snapshot, with our memory history, as a PyTorch-format pickle.
@@ -129,7 +129,29 @@ struct ReplayArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+                || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // One line, like every other error: clap's message up to its usage block, joined.
+            let text = e.to_string();
+            let message: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty() && !l.starts_with("Usage:"))
+                .map(str::trim)
+                .collect();
+            let message = message.join(" ");
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
+            eprintln!("tensormem: error: {message} (see tensormem --help)");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         None | Some(Command::Demo) => {
             let mut out = Vec::new();
@@ -427,35 +449,44 @@ fn run_train(args: &TrainArgs) -> Result<String, String> {
             e.to_string()
         }
     };
-    let (choice, run) = match (budget_bytes, args.ratio) {
-        (Some(b), _) => {
-            let run = train::train(&front, &o, Some(b), limit, open_log()?)
-                .map_err(|e| infeasible(b, e))?;
-            (BudgetChoice::Bytes, run)
+    let outcome = (|| -> Result<_, String> {
+        Ok(match (budget_bytes, args.ratio) {
+            (Some(b), _) => {
+                let run = train::train(&front, &o, Some(b), limit, open_log()?)
+                    .map_err(|e| infeasible(b, e))?;
+                (BudgetChoice::Bytes, run)
+            }
+            (None, Some(r)) => {
+                let b = checkpoint::budget_for_ratio(baseline.peak_allocated, r);
+                let run = train::train(&front, &o, Some(b), limit, open_log()?)
+                    .map_err(|e| infeasible(b, e))?;
+                (BudgetChoice::Ratio(r), run)
+            }
+            (None, None) => {
+                let s = train::smallest_feasible(&front, &o, &baseline, 8)
+                    .map_err(|e| e.to_string())?;
+                let run = match open_log()? {
+                    Some(sink) => train::train(&front, &o, Some(s.budget), limit, Some(sink))
+                        .map_err(|e| infeasible(s.budget, e))?,
+                    None => s.run,
+                };
+                (
+                    BudgetChoice::Searched {
+                        ratio: s.ratio,
+                        tries: s.tries,
+                    },
+                    run,
+                )
+            }
+        })
+    })();
+    if outcome.is_err() {
+        // A failed run must not leave a partial log behind that `tensormem dtr` would accept.
+        if let Some(p) = &args.log {
+            let _ = std::fs::remove_file(p);
         }
-        (None, Some(r)) => {
-            let b = checkpoint::budget_for_ratio(baseline.peak_allocated, r);
-            let run = train::train(&front, &o, Some(b), limit, open_log()?)
-                .map_err(|e| infeasible(b, e))?;
-            (BudgetChoice::Ratio(r), run)
-        }
-        (None, None) => {
-            let s =
-                train::smallest_feasible(&front, &o, &baseline, 8).map_err(|e| e.to_string())?;
-            let run = match open_log()? {
-                Some(sink) => train::train(&front, &o, Some(s.budget), limit, Some(sink))
-                    .map_err(|e| infeasible(s.budget, e))?,
-                None => s.run,
-            };
-            (
-                BudgetChoice::Searched {
-                    ratio: s.ratio,
-                    tries: s.tries,
-                },
-                run,
-            )
-        }
-    };
+    }
+    let (choice, run) = outcome?;
     let mut out = train::report(&o, &baseline, &run, &choice);
     if baseline
         .losses

@@ -341,7 +341,9 @@ struct Runner {
     sim: SimDevice,
     segs: SegmentMap,
     /// Recorded address -> (our address, live bytes counted).
-    live: HashMap<u64, (u64, u64)>,
+    /// Recorded address -> (our address, or `None` when our replay ran out of memory for it;
+    /// the bytes it counts toward the live-bytes lower bound, a property of the recording).
+    live: HashMap<u64, (Option<u64>, u64)>,
     live_bytes: u64,
     parity: Option<Parity>,
     out_failed: usize,
@@ -424,14 +426,15 @@ impl Runner {
                 self.diverge(i, format!("alloc of {} bytes at {want}", e.size), got);
             }
         }
-        if let Some(ptr) = ptr {
-            let counted = round512(e.size);
-            self.live_bytes += counted;
-            if let Some((old_ptr, old_counted)) = self.live.insert(e.addr, (ptr, counted)) {
-                // The recording reused an address we still hold: keep ours consistent.
+        // The request is live in the recording whether or not our replay could place it.
+        let counted = round512(e.size);
+        self.live_bytes += counted;
+        if let Some((old_ptr, old_counted)) = self.live.insert(e.addr, (ptr, counted)) {
+            // The recording reused an address we still hold: keep ours consistent.
+            if let Some(old_ptr) = old_ptr {
                 let _ = self.alloc.free(old_ptr);
-                self.live_bytes -= old_counted;
             }
+            self.live_bytes -= old_counted;
         }
         Ok(())
     }
@@ -474,7 +477,11 @@ impl Runner {
         let ptr = match self.live.remove(&e.addr) {
             Some((ptr, counted)) => {
                 self.live_bytes -= counted;
-                Some(ptr)
+                match ptr {
+                    Some(ptr) => Some(ptr),
+                    // Our replay never placed it (out of memory): nothing to free, not a skip.
+                    None => return Ok(()),
+                }
             }
             None if !from_empty => {
                 // A block live at the start: imported at its recorded place.

@@ -1122,3 +1122,26 @@ fn train_bad_options_are_one_line(#[case] extra: &[&str], #[case] names: &str) {
         "{err}"
     );
 }
+
+/// Usage errors (clap's) follow the same rule as every other error: one line, exit status 2.
+#[rstest]
+#[case::missing_file(&["replay"], "the following required arguments were not provided: <FILE>")]
+#[case::unknown_flag(&["replay", "x.pickle", "--bogus"], "unexpected argument '--bogus' found")]
+#[case::unknown_subcommand(&["bogus"], "unrecognized subcommand 'bogus'")]
+#[case::empty_dtr_log(&["dtr", "empty.log"], "empty.log: the log is empty: no instruction on any line")]
+fn usage_errors_are_one_line(#[case] args: &[&str], #[case] message: &str) {
+    let dir = Scratch::new("usage");
+    dir.write("empty.log", b"");
+    let out = tensormem(dir.path(), args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(stdout(&out), "");
+    assert!(
+        err.ends_with('\n') && err.matches('\n').count() == 1,
+        "{args:?}: one line expected: {err:?}"
+    );
+    assert!(
+        err.starts_with("tensormem: error: ") && err.contains(message),
+        "{args:?}: {err:?}"
+    );
+}
