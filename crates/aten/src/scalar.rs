@@ -165,37 +165,28 @@ macro_rules! impl_float {
 
 impl_float!(f32 => libm::erff, f64 => libm::erf);
 
-impl Scalar for f16 {
-    const IS_FLOATING: bool = true;
-    fn to_f64(self) -> f64 {
-        f16::to_f64(self)
-    }
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-    fn to_i64(self) -> i64 {
-        f16::to_f64(self) as i64
-    }
-    fn from_i64(v: i64) -> Self {
-        f16::from_f64(v as f64)
-    }
+/// `Scalar` for the 16-bit floats, through `f64` (no arithmetic kernels use them).
+macro_rules! impl_half {
+    ($($t:ty),*) => {$(
+        impl Scalar for $t {
+            const IS_FLOATING: bool = true;
+            fn to_f64(self) -> f64 {
+                <$t>::to_f64(self)
+            }
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f64(v)
+            }
+            fn to_i64(self) -> i64 {
+                <$t>::to_f64(self) as i64
+            }
+            fn from_i64(v: i64) -> Self {
+                <$t>::from_f64(v as f64)
+            }
+        }
+    )*};
 }
 
-impl Scalar for bf16 {
-    const IS_FLOATING: bool = true;
-    fn to_f64(self) -> f64 {
-        bf16::to_f64(self)
-    }
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-    fn to_i64(self) -> i64 {
-        bf16::to_f64(self) as i64
-    }
-    fn from_i64(v: i64) -> Self {
-        bf16::from_f64(v as f64)
-    }
-}
+impl_half!(f16, bf16);
 
 impl Scalar for Bool {
     const IS_FLOATING: bool = false;
