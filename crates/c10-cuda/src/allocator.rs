@@ -5,9 +5,7 @@
 //! expandable-segment paths in `expandable.rs`, snapshots in `snapshot.rs`; all are `impl`
 //! blocks of [`DeviceCachingAllocator`].
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-
-use rustc_hash::FxBuildHasher;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::block::{Block, BlockArena, BlockId, BlockPool, SizeKey};
 use crate::config::AllocatorConfig;
@@ -16,8 +14,9 @@ use crate::error::{Error, Result};
 use crate::expandable::ExpandableSegment;
 use crate::history::{Clock, History, TraceAction, TraceEntry};
 use crate::oom::OutOfMemoryError;
+use crate::ptr_map::PtrMap;
 use crate::sizes::{get_allocation_size, is_small, round_size, should_split};
-use crate::stats::{DeviceStats, StatType};
+use crate::stats::{DeviceStats, StatType, update_pool};
 
 /// A block handed out by [`DeviceCachingAllocator::malloc`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +52,7 @@ pub struct DeviceCachingAllocator<D: DeviceMemory> {
     pub(crate) large: BlockPool,
     pub(crate) small: BlockPool,
     /// Allocated blocks by address (PyTorch's `allocated_blocks` map of the front).
-    pub(crate) allocated: HashMap<DevicePtr, BlockId, FxBuildHasher>,
+    pub(crate) allocated: PtrMap,
     pub(crate) stats: DeviceStats,
     /// Reserved bytes (PyTorch's `total_allocated_memory`).
     pub(crate) total_allocated_memory: usize,
@@ -108,7 +107,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             blocks: BlockArena::default(),
             large: BlockPool::new(),
             small: BlockPool::new(),
-            allocated: HashMap::default(),
+            allocated: PtrMap::default(),
             stats,
             total_allocated_memory: 0,
             allowed_memory_maximum: None,
@@ -235,6 +234,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// # Errors
     /// [`Error::OutOfMemory`] with every figure when nothing works (the allocator stays
     /// usable); [`Error::Device`] when the device fails in another way.
+    #[inline]
     pub fn malloc(&mut self, size: usize, stream: StreamId) -> Result<Allocation> {
         match self.try_malloc_cached(size, stream)? {
             Some(a) => Ok(a),
@@ -247,6 +247,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     ///
     /// # Errors
     /// [`Error::Device`] when an event query fails.
+    #[inline]
     pub fn try_malloc_cached(
         &mut self,
         size: usize,
@@ -266,6 +267,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     ///
     /// # Errors
     /// As [`Self::malloc`].
+    #[inline(never)]
     pub fn malloc_uncached(
         &mut self,
         size: usize,
@@ -301,7 +303,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn params(&self, orig_size: usize, stream: StreamId) -> Params {
         let size = round_size(orig_size, &self.config);
         Params {
@@ -313,7 +315,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pool_mut(&mut self, small: bool) -> &mut BlockPool {
         if small {
             &mut self.small
@@ -336,7 +338,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     }
 
     /// Best-fit search (PyTorch's `get_free_block`); removes and returns the block on a hit.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get_free_block(&mut self, p: &Params) -> Option<BlockId> {
         let gc = self.allowed_memory_maximum.is_some() && self.config.gc_enabled();
         let expandable_on = self.config.expandable_segments;
@@ -419,10 +421,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         };
         self.total_allocated_memory += size;
         let id = self.blocks.insert(Block::new(ptr, size, p.stream, p.small));
-        for t in Self::stat_types(p.small) {
-            self.stats.segment[t].increase(1);
-            self.stats.reserved_bytes[t].increase(size as u64);
-        }
+        update_pool(&mut self.stats.segment, p.small, |s| s.increase(1));
+        update_pool(&mut self.stats.reserved_bytes, p.small, |s| {
+            s.increase(size as u64);
+        });
         if size >= self.config.max_split_size_or_max() {
             self.stats.oversize_segments.increase(1);
         }
@@ -433,9 +435,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     }
 
     /// Hands out a found block, splitting it if the rules say so (PyTorch's `alloc_found_block`).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn alloc_found_block(&mut self, p: &Params, found: BlockId) -> Allocation {
-        let types = Self::stat_types(p.small);
+        let small = p.small;
         let (block_size, already_split, expandable, block_ptr) = {
             let b = self.blocks.get(found);
             (b.size, b.is_split(), b.expandable.is_some(), b.ptr)
@@ -465,24 +467,24 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             pool.insert_into_blocks(remaining, r);
             if already_split && !expandable {
                 // An already-split inactive block shrinks by `size` bytes.
-                for t in types {
-                    self.stats.inactive_split_bytes[t].decrease(p.size as u64);
-                }
+                update_pool(&mut self.stats.inactive_split_bytes, small, |s| {
+                    s.decrease(p.size as u64);
+                });
             } else if !expandable {
                 // A new inactive split block appears from a previously unsplit block.
-                for t in types {
-                    self.stats.inactive_split_bytes[t].increase(remaining_size as u64);
-                    self.stats.inactive_split[t].increase(1);
-                }
+                update_pool(&mut self.stats.inactive_split_bytes, small, |s| {
+                    s.increase(remaining_size as u64);
+                });
+                update_pool(&mut self.stats.inactive_split, small, |s| s.increase(1));
             }
             id
         } else {
             if already_split && !expandable {
                 // An already-split block becomes active.
-                for t in types {
-                    self.stats.inactive_split_bytes[t].decrease(block_size as u64);
-                    self.stats.inactive_split[t].decrease(1);
-                }
+                update_pool(&mut self.stats.inactive_split_bytes, small, |s| {
+                    s.decrease(block_size as u64);
+                });
+                update_pool(&mut self.stats.inactive_split, small, |s| s.decrease(1));
             }
             found
         };
@@ -493,13 +495,16 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.history
             .record(TraceAction::Alloc, ptr, p.orig_size as u64, p.stream);
         self.allocated.insert(ptr, id);
-        for t in types {
-            self.stats.allocation[t].increase(1);
-            self.stats.allocated_bytes[t].increase(size as u64);
-            self.stats.active[t].increase(1);
-            self.stats.active_bytes[t].increase(size as u64);
-            self.stats.requested_bytes[t].increase(p.orig_size as u64);
-        }
+        let stats = &mut self.stats;
+        update_pool(&mut stats.allocation, small, |s| s.increase(1));
+        update_pool(&mut stats.allocated_bytes, small, |s| {
+            s.increase(size as u64)
+        });
+        update_pool(&mut stats.active, small, |s| s.increase(1));
+        update_pool(&mut stats.active_bytes, small, |s| s.increase(size as u64));
+        update_pool(&mut stats.requested_bytes, small, |s| {
+            s.increase(p.orig_size as u64);
+        });
         if size >= self.config.max_split_size_or_max() {
             self.stats.oversize_allocations.increase(1);
         }
@@ -550,8 +555,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidPointer`] when `ptr` is not an allocated block of this allocator (nothing
     /// changes); [`Error::Device`] when recording an event fails.
+    #[inline]
     pub fn free(&mut self, ptr: DevicePtr) -> Result<()> {
-        let Some(id) = self.allocated.remove(&ptr) else {
+        let Some(id) = self.allocated.remove(ptr) else {
             return Err(Error::InvalidPointer {
                 ptr,
                 device: self.device.index(),
@@ -561,10 +567,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         b.allocated = false;
         let (small, size, requested, stream) = (b.small, b.size, b.requested_size, b.stream);
         let has_uses = !b.stream_uses.is_empty();
-        for t in Self::stat_types(small) {
-            self.stats.allocation[t].decrease(1);
-            self.stats.allocated_bytes[t].decrease(size as u64);
-        }
+        update_pool(&mut self.stats.allocation, small, |s| s.decrease(1));
+        update_pool(&mut self.stats.allocated_bytes, small, |s| {
+            s.decrease(size as u64);
+        });
         self.history
             .record(TraceAction::FreeRequested, ptr, requested as u64, stream);
         if size >= self.config.max_split_size_or_max() {
@@ -584,7 +590,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidPointer`] when `ptr` is not an allocated block of this allocator.
     pub fn record_stream(&mut self, ptr: DevicePtr, stream: StreamId) -> Result<()> {
-        let Some(&id) = self.allocated.get(&ptr) else {
+        let Some(id) = self.allocated.get(ptr) else {
             return Err(Error::InvalidPointer {
                 ptr,
                 device: self.device.index(),
@@ -603,7 +609,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidPointer`] when `ptr` is not an allocated block of this allocator.
     pub fn get_base_allocation(&self, ptr: DevicePtr) -> Result<(DevicePtr, usize)> {
-        let Some(&id) = self.allocated.get(&ptr) else {
+        let Some(id) = self.allocated.get(ptr) else {
             return Err(Error::InvalidPointer {
                 ptr,
                 device: self.device.index(),
@@ -625,7 +631,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// The block size and requested size of the allocated block at `ptr`, if any.
     pub fn block_info(&self, ptr: DevicePtr) -> Option<(usize, usize)> {
-        self.allocated.get(&ptr).map(|&id| {
+        self.allocated.get(ptr).map(|id| {
             let b = self.blocks.get(id);
             (b.size, b.requested_size)
         })
@@ -649,7 +655,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// Returns a really-free block to its pool, merging with free neighbours
     /// (PyTorch's `free_block`).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn free_block(&mut self, id: BlockId) {
         let (ptr, original_size, requested, stream, small, prev, next) = {
             let b = self.blocks.get(id);
@@ -687,18 +693,22 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             net_inactive_split_size += b.size as i64;
         }
         let expandable = b.expandable.is_some();
-        for t in Self::stat_types(small) {
-            if !expandable && (net_inactive_split_blocks != 0 || net_inactive_split_size != 0) {
-                apply_net(&mut self.stats.inactive_split[t], net_inactive_split_blocks);
-                apply_net(
-                    &mut self.stats.inactive_split_bytes[t],
-                    net_inactive_split_size,
-                );
-            }
-            self.stats.active[t].decrease(1);
-            self.stats.active_bytes[t].decrease(original_size as u64);
-            self.stats.requested_bytes[t].decrease(requested as u64);
+        let stats = &mut self.stats;
+        if !expandable && (net_inactive_split_blocks != 0 || net_inactive_split_size != 0) {
+            update_pool(&mut stats.inactive_split, small, |s| {
+                apply_net(s, net_inactive_split_blocks);
+            });
+            update_pool(&mut stats.inactive_split_bytes, small, |s| {
+                apply_net(s, net_inactive_split_size);
+            });
         }
+        update_pool(&mut stats.active, small, |s| s.decrease(1));
+        update_pool(&mut stats.active_bytes, small, |s| {
+            s.decrease(original_size as u64);
+        });
+        update_pool(&mut stats.requested_bytes, small, |s| {
+            s.decrease(requested as u64)
+        });
     }
 
     /// Merges `src` into `dst` when `src` is an idle neighbour with the same mapping state;
@@ -712,6 +722,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     }
 
     /// [`Self::try_merge_blocks`] with a present neighbour.
+    #[inline(always)]
     fn merge_into(&mut self, dst: BlockId, src: BlockId) -> usize {
         let s = self.blocks.get(src);
         if !s.is_idle() || s.mapped != self.blocks.get(dst).mapped {

@@ -48,9 +48,12 @@ pub(crate) struct Block {
     pub(crate) gc_count_base: u64,
     /// The expandable segment this block belongs to, if any.
     pub(crate) expandable: Option<u32>,
+    /// In use in the [`BlockArena`] (false for a deleted block's slot awaiting reuse).
+    live: bool,
 }
 
 impl Block {
+    #[inline(always)]
     pub(crate) fn new(ptr: DevicePtr, size: usize, stream: StreamId, small: bool) -> Self {
         Block {
             ptr,
@@ -66,15 +69,18 @@ impl Block {
             stream_uses: SmallVec::new(),
             gc_count_base: 0,
             expandable: None,
+            live: true,
         }
     }
 
     /// Part of a segment that has other blocks (PyTorch's `is_split`).
+    #[inline(always)]
     pub(crate) fn is_split(&self) -> bool {
         self.prev.is_some() || self.next.is_some()
     }
 
     /// Free and not waiting for stream events: may be handed out or merged.
+    #[inline(always)]
     pub(crate) fn is_idle(&self) -> bool {
         !self.allocated && self.event_count == 0 && self.stream_uses.is_empty()
     }
@@ -83,43 +89,45 @@ impl Block {
 /// The arena owning every block of one device allocator.
 #[derive(Debug, Default)]
 pub(crate) struct BlockArena {
-    slots: Vec<Option<Block>>,
+    slots: Vec<Block>,
     free: Vec<u32>,
 }
 
 impl BlockArena {
-    #[inline]
-    pub(crate) fn insert(&mut self, block: Block) -> BlockId {
+    #[inline(always)]
+    pub(crate) fn insert(&mut self, mut block: Block) -> BlockId {
+        block.live = true;
         if let Some(i) = self.free.pop() {
-            self.slots[i as usize] = Some(block);
+            self.slots[i as usize] = block;
             BlockId(i)
         } else {
-            self.slots.push(Some(block));
+            self.slots.push(block);
             BlockId((self.slots.len() - 1) as u32)
         }
     }
 
     /// Deletes a block (its slot is reused by a later insert).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn remove(&mut self, id: BlockId) {
         let slot = &mut self.slots[id.0 as usize];
-        debug_assert!(slot.is_some(), "block id refers to a live block");
-        *slot = None;
+        debug_assert!(slot.live, "block id refers to a live block");
+        slot.live = false;
+        slot.stream_uses = SmallVec::new();
         self.free.push(id.0);
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get(&self, id: BlockId) -> &Block {
-        self.slots[id.0 as usize]
-            .as_ref()
-            .expect("block id refers to a live block")
+        let b = &self.slots[id.0 as usize];
+        debug_assert!(b.live, "block id refers to a live block");
+        b
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get_mut(&mut self, id: BlockId) -> &mut Block {
-        self.slots[id.0 as usize]
-            .as_mut()
-            .expect("block id refers to a live block")
+        let b = &mut self.slots[id.0 as usize];
+        debug_assert!(b.live, "block id refers to a live block");
+        b
     }
 
     /// Every live block with its id, in id order.
@@ -127,7 +135,8 @@ impl BlockArena {
         self.slots
             .iter()
             .enumerate()
-            .filter_map(|(i, b)| b.as_ref().map(|b| (BlockId(i as u32), b)))
+            .filter(|(_, b)| b.live)
+            .map(|(i, b)| (BlockId(i as u32), b))
     }
 }
 
@@ -201,7 +210,7 @@ impl BlockPool {
     }
 
     /// Inserts a free mapped block, stamping its GC age base (PyTorch's `insert_into_blocks`).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert_into_blocks(&mut self, id: BlockId, b: &mut Block) {
         b.gc_count_base = self.get_free_blocks_call_count;
         let inserted = self.blocks.insert(SizeKey::of(id, b));

@@ -888,6 +888,7 @@ impl AllocatorConfig {
     /// clamped to `0..=15` (sizes below 1 MiB, and 0, use index 0; 32 GiB and above index 15).
     ///
     /// [`roundup_power2_divisions`]: AllocatorConfig::roundup_power2_divisions
+    #[inline]
     pub fn roundup_power2_index(size: usize) -> usize {
         let log2 = size.checked_ilog2().unwrap_or(0) as usize;
         log2.saturating_sub(MIB.trailing_zeros() as usize)
@@ -896,17 +897,20 @@ impl AllocatorConfig {
 
     /// The number of power-of-two divisions that applies to a request of `size` bytes
     /// (PyTorch's `roundup_power2_divisions(size)`); 0 or 1 mean no power-of-two rounding.
+    #[inline]
     pub fn roundup_power2_divisions_for(&self, size: usize) -> usize {
         self.roundup_power2_divisions[Self::roundup_power2_index(size)]
     }
 
     /// `max_split_size` in bytes, `usize::MAX` when unlimited (PyTorch's `max_split_size()`).
+    #[inline]
     pub fn max_split_size_or_max(&self) -> usize {
         self.max_split_size.unwrap_or(usize::MAX)
     }
 
     /// Whether `garbage_collection_threshold` is set. The allocator collects only when a
     /// per-process memory fraction is also in force (from this config or set at run time).
+    #[inline]
     pub fn gc_enabled(&self) -> bool {
         self.garbage_collection_threshold > 0.0
     }

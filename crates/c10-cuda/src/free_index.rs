@@ -1,11 +1,14 @@
 //! The best-fit index of a pool's free blocks, ordered by `(stream, size, address)` exactly as
 //! PyTorch's `std::set<Block*, BlockComparatorSize>`, but with O(1) size-class lookups.
 //!
-//! Per stream, sizes below [`EXACT_LIMIT`] bytes have one class per 512-byte size, found with
-//! a three-level bitmap (the next non-empty class at or above a size is a few `trailing_zeros`);
-//! each class keeps its blocks sorted by address (usually zero to a handful). Larger sizes live
-//! in a B-tree keyed by `(size, address)`. Iteration order is the same total order as PyTorch's
-//! set, so every decision (best fit, ties to the lowest address, release order) is unchanged.
+//! Per stream, sizes below [`EXACT_LIMIT`] bytes have one class per 512-byte size. A three-level
+//! bitmap finds the next non-empty class at or above a size in a few `trailing_zeros`; each class
+//! is a doubly linked list of its blocks sorted by address (usually zero to a handful), threaded
+//! through a node table indexed by [`BlockId`], so removing a known block is O(1) and nothing is
+//! allocated per block. Class heads live in lazily allocated pages of 256 classes; the bitmap's
+//! lowest level grows with the largest class used. Larger sizes live in a B-tree keyed by
+//! `(size, address)`. Iteration order is the same total order as PyTorch's set, so every decision
+//! (best fit, ties to the lowest address, release order) is unchanged.
 
 use std::collections::BTreeMap;
 
@@ -21,32 +24,37 @@ const CLASSES: usize = EXACT_LIMIT >> UNIT_SHIFT; // 131072
 const L0_WORDS: usize = CLASSES / 64; // 2048
 const L1_WORDS: usize = L0_WORDS / 64; // 32
 
-/// A three-level bitmap over the size classes: bit set = class non-empty.
-#[derive(Clone, Debug)]
+/// No block: the end of a class list, or an empty class.
+const NIL: u32 = u32::MAX;
+
+/// A three-level bitmap over the size classes: bit set = class non-empty. The lowest level
+/// covers only the classes up to the highest one ever set (the small pool needs 64 words).
+#[derive(Clone, Debug, Default)]
 struct Bitmap {
-    l0: Box<[u64; L0_WORDS]>,
+    l0: Vec<u64>,
     l1: [u64; L1_WORDS],
     l2: u64,
 }
 
 impl Bitmap {
-    fn new() -> Self {
-        Bitmap {
-            l0: Box::new([0; L0_WORDS]),
-            l1: [0; L1_WORDS],
-            l2: 0,
-        }
-    }
-
-    #[inline]
+    #[inline(always)]
     fn set(&mut self, c: usize) {
         let w = c >> 6;
+        if w >= self.l0.len() {
+            self.grow(w);
+        }
         self.l0[w] |= 1 << (c & 63);
         self.l1[w >> 6] |= 1 << (w & 63);
         self.l2 |= 1 << (w >> 6);
     }
 
-    #[inline]
+    #[cold]
+    fn grow(&mut self, w: usize) {
+        let len = (w + 1).next_power_of_two().clamp(64, L0_WORDS);
+        self.l0.resize(len, 0);
+    }
+
+    #[inline(always)]
     fn clear(&mut self, c: usize) {
         let w = c >> 6;
         self.l0[w] &= !(1 << (c & 63));
@@ -58,14 +66,20 @@ impl Bitmap {
         }
     }
 
-    /// The lowest set class `>= c`.
+    /// Word `w` of the lowest level (0 beyond the covered classes).
     #[inline]
+    fn word(&self, w: usize) -> u64 {
+        self.l0.get(w).copied().unwrap_or(0)
+    }
+
+    /// The lowest set class `>= c`.
+    #[inline(always)]
     fn next_at_or_above(&self, c: usize) -> Option<usize> {
         if c >= CLASSES {
             return None;
         }
         let w = c >> 6;
-        let m = self.l0[w] & (!0u64 << (c & 63));
+        let m = self.word(w) & (!0u64 << (c & 63));
         if m != 0 {
             return Some((w << 6) | m.trailing_zeros() as usize);
         }
@@ -101,7 +115,7 @@ impl Bitmap {
         }
         let top = c - 1;
         let w = top >> 6;
-        let m = self.l0[w] & (!0u64 >> (63 - (top & 63)));
+        let m = self.word(w) & (!0u64 >> (63 - (top & 63)));
         if m != 0 {
             return Some((w << 6) | (63 - m.leading_zeros() as usize));
         }
@@ -128,53 +142,86 @@ impl Bitmap {
     }
 }
 
-/// The blocks of one size class, sorted by address; one block is stored inline.
-type ClassList = SmallVec<[(DevicePtr, BlockId); 1]>;
-
-/// Classes per lazily allocated page of the class table.
+/// Classes per lazily allocated page of class heads.
 const PAGE: usize = 256;
 
+/// One page of class heads: the lowest-address block of each class, or [`NIL`].
+type HeadPage = Box<[u32; PAGE]>;
+
 /// One stream's free blocks.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct StreamFree {
     bitmap: Bitmap,
-    /// Class -> blocks of exactly that size, in pages of [`PAGE`] classes allocated on first
-    /// use (a direct index without hashing; memory grows with the size ranges in use).
-    pages: Vec<Option<Box<[ClassList; PAGE]>>>,
+    /// Class -> its first block, in pages of [`PAGE`] classes allocated on first use (a direct
+    /// index without hashing; memory grows with the size ranges in use).
+    heads: Vec<Option<HeadPage>>,
     /// Blocks of `EXACT_LIMIT` bytes or more, by `(size, address)`.
     large: BTreeMap<(usize, DevicePtr), BlockId>,
 }
 
 impl StreamFree {
-    fn new() -> Self {
-        StreamFree {
-            bitmap: Bitmap::new(),
-            pages: vec![None; CLASSES / PAGE],
-            large: BTreeMap::new(),
+    /// The first block of class `c`, or [`NIL`].
+    #[inline(always)]
+    fn head(&self, c: usize) -> u32 {
+        match self.heads.get(c / PAGE) {
+            Some(Some(page)) => page[c % PAGE],
+            _ => NIL,
         }
     }
 
-    #[inline]
-    fn class_list(&self, c: usize) -> &[(DevicePtr, BlockId)] {
-        match &self.pages[c / PAGE] {
-            Some(page) => &page[c % PAGE],
-            None => &[],
+    /// The head slot of class `c`, allocating its page if needed.
+    #[inline(always)]
+    fn head_mut(&mut self, c: usize) -> &mut u32 {
+        let p = c / PAGE;
+        if !matches!(self.heads.get(p), Some(Some(_))) {
+            self.alloc_page(p);
+        }
+        match &mut self.heads[p] {
+            Some(page) => &mut page[c % PAGE],
+            None => unreachable!("the page was just allocated"),
         }
     }
 
-    #[inline]
-    fn class_list_mut(&mut self, c: usize) -> &mut ClassList {
-        let page = self.pages[c / PAGE]
-            .get_or_insert_with(|| Box::new(std::array::from_fn(|_| ClassList::new())));
-        &mut page[c % PAGE]
+    #[cold]
+    #[inline(never)]
+    fn alloc_page(&mut self, p: usize) {
+        if p >= self.heads.len() {
+            self.heads.resize_with(p + 1, || None);
+        }
+        self.heads[p].get_or_insert_with(|| Box::new([NIL; PAGE]));
     }
 }
 
-/// The free blocks of one pool in `(stream, size, address)` order.
+/// A free block's links in its class list (indexed by block id). A node is live (its block is
+/// in an exact class list) unless `next == DEAD`; the key fields make removal exact.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    ptr: DevicePtr,
+    size: usize,
+    stream: StreamId,
+    prev: u32,
+    next: u32,
+}
+
+/// `next` of a node whose block is not in a class list.
+const DEAD: u32 = u32::MAX - 1;
+
+const DEAD_NODE: Node = Node {
+    ptr: 0,
+    size: 0,
+    stream: StreamId(0),
+    prev: NIL,
+    next: DEAD,
+};
+
+/// The free blocks of one pool in `(stream, size, address)` order. A block id is in the index
+/// at most once.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FreeIndex {
     /// Per stream, sorted by stream (PyTorch orders streams by handle value).
     streams: Vec<(StreamId, StreamFree)>,
+    /// Class-list links of the blocks below `EXACT_LIMIT`, by block id.
+    nodes: Vec<Node>,
     len: usize,
 }
 
@@ -184,7 +231,7 @@ fn class_of(size: usize) -> usize {
 }
 
 impl FreeIndex {
-    #[inline]
+    #[inline(always)]
     fn stream(&self, s: StreamId) -> Option<&StreamFree> {
         match self.streams.as_slice() {
             [(id, f)] => (*id == s).then_some(f),
@@ -192,17 +239,13 @@ impl FreeIndex {
         }
     }
 
-    #[inline]
-    fn stream_mut(&mut self, s: StreamId) -> &mut StreamFree {
-        if self.streams.len() == 1 && self.streams[0].0 == s {
-            return &mut self.streams[0].1;
-        }
+    fn stream_index(&mut self, s: StreamId) -> usize {
         match self.streams.iter().position(|(id, _)| *id == s) {
-            Some(i) => &mut self.streams[i].1,
+            Some(i) => i,
             None => {
                 let at = self.streams.partition_point(|(id, _)| *id < s);
-                self.streams.insert(at, (s, StreamFree::new()));
-                &mut self.streams[at].1
+                self.streams.insert(at, (s, StreamFree::default()));
+                at
             }
         }
     }
@@ -212,19 +255,27 @@ impl FreeIndex {
         self.len
     }
 
-    /// Inserts a key; false if it was present.
+    /// Inserts a key; false if its block is already in the index.
     #[inline(always)]
     pub(crate) fn insert(&mut self, k: SizeKey) -> bool {
-        // Fast path: the only stream, an allocated page, an empty class.
-        if k.size < EXACT_LIMIT {
-            if let [(id, f)] = self.streams.as_mut_slice() {
-                if *id == k.stream {
-                    let c = class_of(k.size);
-                    if let Some(page) = f.pages[c / PAGE].as_mut() {
-                        let list = &mut page[c % PAGE];
-                        if list.is_empty() {
-                            list.push((k.ptr, k.id));
+        // Fast path: the only stream, an allocated head page, an empty class.
+        let id = k.id.0 as usize;
+        if k.size < EXACT_LIMIT && id < self.nodes.len() {
+            if let [(s, f)] = self.streams.as_mut_slice() {
+                let c = class_of(k.size);
+                if *s == k.stream {
+                    if let Some(Some(page)) = f.heads.get_mut(c / PAGE) {
+                        let head = &mut page[c % PAGE];
+                        if *head == NIL && self.nodes[id].next == DEAD {
+                            *head = k.id.0;
                             f.bitmap.set(c);
+                            self.nodes[id] = Node {
+                                ptr: k.ptr,
+                                size: k.size,
+                                stream: k.stream,
+                                prev: NIL,
+                                next: NIL,
+                            };
                             self.len += 1;
                             return true;
                         }
@@ -238,104 +289,128 @@ impl FreeIndex {
     #[cold]
     #[inline(never)]
     fn insert_slow(&mut self, k: SizeKey) -> bool {
-        let f = self.stream_mut(k.stream);
-        let inserted = if k.size < EXACT_LIMIT {
-            let c = class_of(k.size);
-            let list = f.class_list_mut(c);
-            if list.is_empty() {
-                list.push((k.ptr, k.id));
-                f.bitmap.set(c);
-                true
-            } else {
-                match list.binary_search_by_key(&k.ptr, |e| e.0) {
-                    Ok(_) => false,
-                    Err(at) => {
-                        list.insert(at, (k.ptr, k.id));
-                        true
-                    }
-                }
-            }
+        let s = self.stream_index(k.stream);
+        if k.size >= EXACT_LIMIT {
+            let inserted = self.streams[s]
+                .1
+                .large
+                .insert((k.size, k.ptr), k.id)
+                .is_none();
+            self.len += usize::from(inserted);
+            return inserted;
+        }
+        let id = k.id.0 as usize;
+        if id >= self.nodes.len() {
+            let len = (id + 1).next_power_of_two().max(64);
+            self.nodes.resize(len, DEAD_NODE);
+        } else if self.nodes[id].next != DEAD {
+            return false;
+        }
+        let f = &mut self.streams[s].1;
+        let c = class_of(k.size);
+        let head = f.head_mut(c);
+        let nodes = &mut self.nodes;
+        let (prev, next) = if *head == NIL {
+            *head = k.id.0;
+            f.bitmap.set(c);
+            (NIL, NIL)
+        } else if nodes[*head as usize].ptr > k.ptr {
+            let next = *head;
+            *head = k.id.0;
+            nodes[next as usize].prev = k.id.0;
+            (NIL, next)
         } else {
-            f.large.insert((k.size, k.ptr), k.id).is_none()
+            // Walk to the last block below `k.ptr` (class lists are short).
+            let mut at = *head;
+            loop {
+                let n = nodes[at as usize].next;
+                if n == NIL || nodes[n as usize].ptr > k.ptr {
+                    break;
+                }
+                at = n;
+            }
+            let next = nodes[at as usize].next;
+            nodes[at as usize].next = k.id.0;
+            if next != NIL {
+                nodes[next as usize].prev = k.id.0;
+            }
+            (at, next)
         };
-        self.len += usize::from(inserted);
-        inserted
+        nodes[id] = Node {
+            ptr: k.ptr,
+            size: k.size,
+            stream: k.stream,
+            prev,
+            next,
+        };
+        self.len += 1;
+        true
     }
 
     /// Removes a key; false if it was absent.
     #[inline(always)]
     pub(crate) fn remove(&mut self, k: &SizeKey) -> bool {
-        // Fast path: the only stream, a class holding just this block.
-        if k.size < EXACT_LIMIT {
-            if let [(id, f)] = self.streams.as_mut_slice() {
-                if *id == k.stream {
-                    let c = class_of(k.size);
-                    if let Some(page) = f.pages[c / PAGE].as_mut() {
-                        let list = &mut page[c % PAGE];
-                        if let [only] = list.as_slice() {
-                            if *only == (k.ptr, k.id) {
-                                list.clear();
-                                f.bitmap.clear(c);
-                                self.len -= 1;
-                                return true;
-                            }
-                        }
-                    }
-                }
-            }
+        if k.size >= EXACT_LIMIT {
+            return self.remove_large(k);
         }
-        self.remove_slow(k)
+        let id = k.id.0 as usize;
+        let node = match self.nodes.get(id) {
+            Some(n)
+                if n.next != DEAD && n.ptr == k.ptr && n.size == k.size && n.stream == k.stream =>
+            {
+                *n
+            }
+            _ => return false,
+        };
+        if node.prev == NIL {
+            let c = class_of(k.size);
+            let f = match self.streams.as_mut_slice() {
+                [(_, f)] => f,
+                many => match many.iter_mut().find(|(s, _)| *s == k.stream) {
+                    Some((_, f)) => f,
+                    None => return false,
+                },
+            };
+            *f.head_mut(c) = node.next;
+            if node.next == NIL {
+                f.bitmap.clear(c);
+            }
+        } else {
+            self.nodes[node.prev as usize].next = node.next;
+        }
+        if node.next != NIL {
+            self.nodes[node.next as usize].prev = node.prev;
+        }
+        self.nodes[id].next = DEAD;
+        self.len -= 1;
+        true
     }
 
     #[cold]
     #[inline(never)]
-    fn remove_slow(&mut self, k: &SizeKey) -> bool {
+    fn remove_large(&mut self, k: &SizeKey) -> bool {
         let Some(i) = self.streams.iter().position(|(id, _)| *id == k.stream) else {
             return false;
         };
-        let f = &mut self.streams[i].1;
-        let removed = if k.size < EXACT_LIMIT {
-            let c = class_of(k.size);
-            let Some(page) = f.pages[c / PAGE].as_mut() else {
-                return false;
-            };
-            let list = &mut page[c % PAGE];
-            let found = match list.as_slice() {
-                [] => None,
-                [only] => (only.0 == k.ptr).then_some(0),
-                many => many.binary_search_by_key(&k.ptr, |e| e.0).ok(),
-            };
-            match found {
-                Some(at) if list[at].1 == k.id => {
-                    if list.len() == 1 {
-                        list.clear();
-                        f.bitmap.clear(c);
-                    } else {
-                        list.remove(at);
-                    }
-                    true
-                }
-                _ => false,
-            }
-        } else {
-            f.large.remove(&(k.size, k.ptr)).is_some()
-        };
-        self.len -= usize::from(removed);
-        removed
+        let large = &mut self.streams[i].1.large;
+        if large.get(&(k.size, k.ptr)) != Some(&k.id) {
+            return false;
+        }
+        large.remove(&(k.size, k.ptr));
+        self.len -= 1;
+        true
     }
 
     /// Whether the key is present.
     pub(crate) fn contains(&self, k: &SizeKey) -> bool {
-        let Some(f) = self.stream(k.stream) else {
-            return false;
-        };
-        if k.size < EXACT_LIMIT {
-            f.class_list(class_of(k.size))
-                .binary_search_by_key(&k.ptr, |e| e.0)
-                .is_ok_and(|at| f.class_list(class_of(k.size))[at].1 == k.id)
-        } else {
-            f.large.get(&(k.size, k.ptr)) == Some(&k.id)
+        if k.size >= EXACT_LIMIT {
+            return self
+                .stream(k.stream)
+                .is_some_and(|f| f.large.get(&(k.size, k.ptr)) == Some(&k.id));
         }
+        self.nodes.get(k.id.0 as usize).is_some_and(|n| {
+            n.next != DEAD && n.ptr == k.ptr && n.size == k.size && n.stream == k.stream
+        })
     }
 
     /// The first key `>= (stream, size, 0)` on `stream` (best fit), if any.
@@ -344,12 +419,12 @@ impl FreeIndex {
         let f = self.stream(stream)?;
         if size < EXACT_LIMIT {
             if let Some(c) = f.bitmap.next_at_or_above(class_of(size)) {
-                let (ptr, id) = f.class_list(c)[0];
+                let id = f.head(c);
                 return Some(SizeKey {
                     stream,
                     size: c << UNIT_SHIFT,
-                    ptr,
-                    id,
+                    ptr: self.nodes[id as usize].ptr,
+                    id: BlockId(id),
                 });
             }
         }
@@ -371,15 +446,16 @@ impl FreeIndex {
         size: usize,
     ) -> impl Iterator<Item = SizeKey> + '_ {
         let f = self.stream(stream);
-        let start_class = if size < EXACT_LIMIT {
+        let start = if size < EXACT_LIMIT {
             f.and_then(|f| f.bitmap.next_at_or_above(class_of(size)))
         } else {
             None
         };
         let exact = ForwardClasses {
             f,
-            class: start_class,
-            idx: 0,
+            nodes: &self.nodes,
+            class: start,
+            at: start.zip(f).map_or(NIL, |(c, f)| f.head(c)),
         }
         .map(move |(ptr, id, size)| SizeKey {
             stream,
@@ -418,8 +494,10 @@ impl FreeIndex {
         let start = f.and_then(|f| f.bitmap.prev_below(class_of(size.min(EXACT_LIMIT))));
         let exact = BackwardClasses {
             f,
+            nodes: &self.nodes,
             class: start,
-            idx: usize::MAX,
+            pending: SmallVec::new(),
+            loaded: false,
         }
         .map(move |(ptr, id, size)| SizeKey {
             stream,
@@ -438,11 +516,13 @@ impl FreeIndex {
     }
 }
 
-/// Walks the exact classes upward from `class`.
+/// Walks the exact classes upward from `class`, each class in address order.
 struct ForwardClasses<'a> {
     f: Option<&'a StreamFree>,
+    nodes: &'a [Node],
     class: Option<usize>,
-    idx: usize,
+    /// The next block to yield in the current class, or [`NIL`].
+    at: u32,
 }
 
 impl Iterator for ForwardClasses<'_> {
@@ -452,23 +532,27 @@ impl Iterator for ForwardClasses<'_> {
         let f = self.f?;
         loop {
             let c = self.class?;
-            let list = f.class_list(c);
-            if let Some(&(ptr, id)) = list.get(self.idx) {
-                self.idx += 1;
-                return Some((ptr, id, c << UNIT_SHIFT));
+            if self.at != NIL {
+                let id = self.at;
+                let node = &self.nodes[id as usize];
+                self.at = node.next;
+                return Some((node.ptr, BlockId(id), c << UNIT_SHIFT));
             }
             self.class = f.bitmap.next_at_or_above(c + 1);
-            self.idx = 0;
+            self.at = self.class.map_or(NIL, |c| f.head(c));
         }
     }
 }
 
-/// Walks the exact classes downward from `class` (addresses descending within a class).
+/// Walks the exact classes downward from `class`, each class in descending address order.
 struct BackwardClasses<'a> {
     f: Option<&'a StreamFree>,
+    nodes: &'a [Node],
     class: Option<usize>,
-    /// Next index to yield plus one, within the current class (`usize::MAX` = from the end).
-    idx: usize,
+    /// The rest of the current class, in address order (yielded from the back).
+    pending: SmallVec<[(DevicePtr, BlockId); 4]>,
+    /// Whether `pending` holds the current class.
+    loaded: bool,
 }
 
 impl Iterator for BackwardClasses<'_> {
@@ -478,15 +562,20 @@ impl Iterator for BackwardClasses<'_> {
         let f = self.f?;
         loop {
             let c = self.class?;
-            let list = f.class_list(c);
-            let end = self.idx.min(list.len());
-            if end > 0 {
-                self.idx = end - 1;
-                let (ptr, id) = list[end - 1];
+            if !self.loaded {
+                let mut at = f.head(c);
+                while at != NIL {
+                    let node = &self.nodes[at as usize];
+                    self.pending.push((node.ptr, BlockId(at)));
+                    at = node.next;
+                }
+                self.loaded = true;
+            }
+            if let Some((ptr, id)) = self.pending.pop() {
                 return Some((ptr, id, c << UNIT_SHIFT));
             }
             self.class = f.bitmap.prev_below(c);
-            self.idx = usize::MAX;
+            self.loaded = false;
         }
     }
 }
@@ -507,7 +596,7 @@ mod tests {
 
     #[test]
     fn bitmap_finds_neighbours_across_levels() {
-        let mut b = Bitmap::new();
+        let mut b = Bitmap::default();
         for c in [1usize, 63, 64, 4095, 4096, 70000, CLASSES - 1] {
             b.set(c);
         }
@@ -527,7 +616,8 @@ mod tests {
         assert_eq!(b.prev_below(4095), Some(1));
     }
 
-    /// The index behaves exactly like a BTreeSet of (stream, size, ptr) keys.
+    /// The index behaves exactly like a BTreeSet of (stream, size, ptr) keys, with each block id
+    /// in it at most once (as in the allocator: a block is in one place at a time).
     #[test]
     fn matches_a_btree_set_on_random_operations() {
         let mut idx = FreeIndex::default();
@@ -558,7 +648,14 @@ mod tests {
                 ((r >> 24) % 64) as u32,
             );
             if r & (1 << 40) != 0 {
-                assert_eq!(idx.insert(k), model.insert(k));
+                let same_id = model.iter().find(|m| m.id == k.id).copied();
+                match same_id {
+                    // The same block again: refused.
+                    Some(m) if m == k => assert!(!idx.insert(k)),
+                    // The block is in the index under another key: a caller never does this.
+                    Some(_) => {}
+                    None => assert_eq!(idx.insert(k), model.insert(k)),
+                }
             } else {
                 assert_eq!(idx.remove(&k), model.remove(&k));
             }

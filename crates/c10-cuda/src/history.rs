@@ -125,11 +125,16 @@ impl History {
         self.enabled = false;
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn record(&mut self, action: TraceAction, addr: u64, size: u64, stream: StreamId) {
-        if !self.enabled {
-            return;
+        if self.enabled {
+            self.push(action, addr, size, stream);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn push(&mut self, action: TraceAction, addr: u64, size: u64, stream: StreamId) {
         self.counter += 1;
         let time_us = match self.clock {
             Clock::Logical => self.counter,

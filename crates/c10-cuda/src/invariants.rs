@@ -93,7 +93,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             unmapped_blocks += usize::from(in_unmapped);
             if b.allocated {
                 allocated += 1;
-                if self.allocated.get(&b.ptr) != Some(&id) {
+                if self.allocated.get(b.ptr) != Some(id) {
                     return Err(format!("allocated block {:#x} missing from map", b.ptr));
                 }
                 for &t in &pools {

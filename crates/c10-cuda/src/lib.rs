@@ -48,6 +48,7 @@ mod host_memory;
 pub mod import;
 mod invariants;
 pub mod oom;
+mod ptr_map;
 mod release;
 pub mod sim;
 pub mod sizes;

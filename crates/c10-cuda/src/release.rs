@@ -24,10 +24,17 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// Frees blocks whose stream events have completed, per stream in FIFO order, stopping at
     /// the first incomplete event of each stream (PyTorch's `process_events`).
+    #[inline(always)]
     pub(crate) fn process_events(&mut self) -> Result<()> {
         if self.events.is_empty() {
             return Ok(());
         }
+        self.process_outstanding_events()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn process_outstanding_events(&mut self) -> Result<()> {
         let streams: Vec<_> = self.events.keys().copied().collect();
         for stream in streams {
             while let Some(&(event, id)) = self.events.get(&stream).and_then(|q| q.front()) {

@@ -23,6 +23,7 @@ pub const ROUND_LARGE: usize = 2 << 20;
 /// `size > 512 * d`: the next of d equal steps inside `[2^k, 2^(k+1))` (powers of two stay).
 /// Otherwise: the next multiple of 512. Saturates at `usize::MAX` rounded down to 512 instead of
 /// overflowing.
+#[inline]
 pub fn round_size(size: usize, config: &AllocatorConfig) -> usize {
     if size < MIN_BLOCK_SIZE {
         return MIN_BLOCK_SIZE;
@@ -59,6 +60,7 @@ pub fn roundup_power2_next_division(size: usize, divisions: usize) -> usize {
 /// The segment size requested from the device on a miss for a rounded `size`, in bytes
 /// (PyTorch's `get_allocation_size`): up to 1 MiB -> 2 MiB; below 10 MiB -> 20 MiB; otherwise
 /// `size` rounded up to a multiple of 2 MiB.
+#[inline]
 pub fn get_allocation_size(size: usize) -> usize {
     if size <= SMALL_SIZE {
         SMALL_BUFFER
@@ -74,6 +76,7 @@ pub fn get_allocation_size(size: usize) -> usize {
 ///
 /// Small pool, or any pool with expandable segments: when the remainder is at least 512 bytes.
 /// Large pool: when `size < max_split_size` and the remainder is more than 1 MiB.
+#[inline]
 pub fn should_split(
     block_size: usize,
     size: usize,
@@ -90,6 +93,7 @@ pub fn should_split(
 
 /// Whether a rounded request of `size` bytes is served from the small pool (PyTorch's
 /// `get_pool`: `size <= kSmallSize`).
+#[inline]
 pub fn is_small(size: usize) -> bool {
     size <= SMALL_SIZE
 }

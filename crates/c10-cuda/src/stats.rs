@@ -24,7 +24,7 @@ pub struct Stat {
 
 impl Stat {
     /// Adds `amount` (PyTorch's `Stat::increase`).
-    #[inline]
+    #[inline(always)]
     pub fn increase(&mut self, amount: u64) {
         let amount = amount as i64;
         self.current += amount;
@@ -34,7 +34,7 @@ impl Stat {
 
     /// Subtracts `amount` (PyTorch's `Stat::decrease`). The allocator never drives `current`
     /// below zero; the property tests check that.
-    #[inline]
+    #[inline(always)]
     pub fn decrease(&mut self, amount: u64) {
         let amount = amount as i64;
         self.current -= amount;
@@ -84,6 +84,15 @@ impl StatType {
 
 /// One [`Stat`] per [`StatType`] (PyTorch's `StatArray`), indexed by `StatType as usize`.
 pub type StatArray = [Stat; 3];
+
+/// Applies `f` to the aggregate stat of `arr` and to the stat of the small or large pool (the
+/// two a block counts in; PyTorch's `for_each_selected_stat_type`).
+#[inline(always)]
+pub(crate) fn update_pool(arr: &mut StatArray, small: bool, f: impl Fn(&mut Stat)) {
+    let [aggregate, small_pool, large_pool] = arr;
+    f(aggregate);
+    f(if small { small_pool } else { large_pool });
+}
 
 /// All statistics of one device allocator (PyTorch's `DeviceStats`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
