@@ -105,8 +105,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             device,
             config,
             blocks: BlockArena::default(),
-            large: BlockPool::new(),
-            small: BlockPool::new(),
+            large: BlockPool::new(usize::MAX),
+            small: BlockPool::new(crate::sizes::SMALL_BUFFER),
             allocated: PtrMap::default(),
             stats,
             total_allocated_memory: 0,
@@ -395,7 +395,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if p.size >= max_split && key.size >= p.size.saturating_add(max_non_split_rounding) {
             return None;
         }
-        pool.blocks.remove(&key);
+        pool.blocks.remove_present(&key);
         Some(key.id)
     }
 
@@ -732,7 +732,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             (s.ptr, s.size, s.prev, s.next, s.mapped, s.small, s.stream);
         let pool = self.pool_mut(s_small);
         if s_mapped {
-            pool.blocks.remove(&SizeKey {
+            pool.blocks.remove_present(&SizeKey {
                 stream: s_stream,
                 size: s_size,
                 ptr: s_ptr,

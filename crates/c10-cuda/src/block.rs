@@ -8,8 +8,6 @@
 
 use std::collections::BTreeSet;
 
-use smallvec::SmallVec;
-
 use crate::free_index::FreeIndex;
 
 use crate::device::{DevicePtr, StreamId};
@@ -41,9 +39,9 @@ pub(crate) struct Block {
     pub(crate) next: Option<BlockId>,
     /// Outstanding stream events that must complete before the block is really free.
     pub(crate) event_count: u32,
-    /// Streams other than `stream` that used the block (`record_stream`); usually none, so
-    /// kept inline.
-    pub(crate) stream_uses: SmallVec<[StreamId; 1]>,
+    /// Streams other than `stream` that used the block (`record_stream`); usually none (an
+    /// empty `Vec` allocates nothing).
+    pub(crate) stream_uses: Vec<StreamId>,
     /// The pool's search counter when the block last entered the pool (for GC ages).
     pub(crate) gc_count_base: u64,
     /// The expandable segment this block belongs to, if any.
@@ -66,7 +64,7 @@ impl Block {
             prev: None,
             next: None,
             event_count: 0,
-            stream_uses: SmallVec::new(),
+            stream_uses: Vec::new(),
             gc_count_base: 0,
             expandable: None,
             live: true,
@@ -86,23 +84,30 @@ impl Block {
     }
 }
 
-/// The arena owning every block of one device allocator.
+/// The arena owning every block of one device allocator. Deleted slots are chained through
+/// their `next` field for reuse.
 #[derive(Debug, Default)]
 pub(crate) struct BlockArena {
     slots: Vec<Block>,
-    free: Vec<u32>,
+    /// The most recently deleted slot, whose `next` names the one deleted before it.
+    free: Option<BlockId>,
 }
 
 impl BlockArena {
     #[inline(always)]
     pub(crate) fn insert(&mut self, mut block: Block) -> BlockId {
         block.live = true;
-        if let Some(i) = self.free.pop() {
-            self.slots[i as usize] = block;
-            BlockId(i)
-        } else {
-            self.slots.push(block);
-            BlockId((self.slots.len() - 1) as u32)
+        match self.free {
+            Some(id) => {
+                let slot = &mut self.slots[id.0 as usize];
+                self.free = slot.next;
+                *slot = block;
+                id
+            }
+            None => {
+                self.slots.push(block);
+                BlockId((self.slots.len() - 1) as u32)
+            }
         }
     }
 
@@ -112,8 +117,9 @@ impl BlockArena {
         let slot = &mut self.slots[id.0 as usize];
         debug_assert!(slot.live, "block id refers to a live block");
         slot.live = false;
-        slot.stream_uses = SmallVec::new();
-        self.free.push(id.0);
+        slot.stream_uses = Vec::new();
+        slot.next = self.free;
+        self.free = Some(id);
     }
 
     #[inline(always)]
@@ -201,9 +207,10 @@ pub(crate) struct BlockPool {
 }
 
 impl BlockPool {
-    pub(crate) fn new() -> Self {
+    /// An empty pool whose free blocks are usually at most `max_block` bytes (a sizing hint).
+    pub(crate) fn new(max_block: usize) -> Self {
         BlockPool {
-            blocks: FreeIndex::default(),
+            blocks: FreeIndex::for_sizes_up_to(max_block),
             unmapped: BTreeSet::new(),
             get_free_blocks_call_count: 0,
         }

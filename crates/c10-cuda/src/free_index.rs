@@ -43,9 +43,13 @@ impl Bitmap {
         if w >= self.l0.len() {
             self.grow(w);
         }
-        self.l0[w] |= 1 << (c & 63);
-        self.l1[w >> 6] |= 1 << (w & 63);
-        self.l2 |= 1 << (w >> 6);
+        let word = self.l0[w];
+        self.l0[w] = word | 1 << (c & 63);
+        if word == 0 {
+            // The word was empty: mark it in the upper levels.
+            self.l1[w >> 6] |= 1 << (w & 63);
+            self.l2 |= 1 << (w >> 6);
+        }
     }
 
     #[cold]
@@ -216,13 +220,22 @@ const DEAD_NODE: Node = Node {
 
 /// The free blocks of one pool in `(stream, size, address)` order. A block id is in the index
 /// at most once.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct FreeIndex {
     /// Per stream, sorted by stream (PyTorch orders streams by handle value).
     streams: Vec<(StreamId, StreamFree)>,
     /// Class-list links of the blocks below `EXACT_LIMIT`, by block id.
     nodes: Vec<Node>,
     len: usize,
+    /// Bitmap words a new stream's lowest level starts with: enough for the pool's usual sizes,
+    /// so that filling a pool from empty does not grow it step by step.
+    words: usize,
+}
+
+impl Default for FreeIndex {
+    fn default() -> Self {
+        FreeIndex::for_sizes_up_to(EXACT_LIMIT)
+    }
 }
 
 #[inline]
@@ -231,6 +244,20 @@ fn class_of(size: usize) -> usize {
 }
 
 impl FreeIndex {
+    /// An empty index whose per-stream bitmaps start sized for free blocks of up to `size`
+    /// bytes (larger ones still work: the bitmap grows). The small pool's blocks are at most one
+    /// 2 MiB segment; the large pool's reach the B-tree limit.
+    pub(crate) fn for_sizes_up_to(size: usize) -> Self {
+        FreeIndex {
+            streams: Vec::new(),
+            nodes: Vec::new(),
+            len: 0,
+            words: (class_of(size.min(EXACT_LIMIT - 1)) / 64 + 1)
+                .next_power_of_two()
+                .clamp(64, L0_WORDS),
+        }
+    }
+
     #[inline(always)]
     fn stream(&self, s: StreamId) -> Option<&StreamFree> {
         match self.streams.as_slice() {
@@ -244,7 +271,9 @@ impl FreeIndex {
             Some(i) => i,
             None => {
                 let at = self.streams.partition_point(|(id, _)| *id < s);
-                self.streams.insert(at, (s, StreamFree::default()));
+                let mut f = StreamFree::default();
+                f.bitmap.l0 = vec![0; self.words];
+                self.streams.insert(at, (s, f));
                 at
             }
         }
@@ -301,7 +330,7 @@ impl FreeIndex {
         }
         let id = k.id.0 as usize;
         if id >= self.nodes.len() {
-            let len = (id + 1).next_power_of_two().max(64);
+            let len = (id + 1).next_power_of_two().max(256);
             self.nodes.resize(len, DEAD_NODE);
         } else if self.nodes[id].next != DEAD {
             return false;
@@ -353,22 +382,32 @@ impl FreeIndex {
         if k.size >= EXACT_LIMIT {
             return self.remove_large(k);
         }
+        if !self.contains(k) {
+            return false;
+        }
+        self.remove_present(k);
+        true
+    }
+
+    /// Removes a key that is in the index (one just found, or made from a free block's state:
+    /// the caller knows it is there; checked in debug builds).
+    #[inline(always)]
+    pub(crate) fn remove_present(&mut self, k: &SizeKey) {
+        if k.size >= EXACT_LIMIT {
+            let removed = self.remove_large(k);
+            debug_assert!(removed, "removing a key that is not in the index");
+            return;
+        }
+        debug_assert!(self.contains(k), "removing a key that is not in the index");
         let id = k.id.0 as usize;
-        let node = match self.nodes.get(id) {
-            Some(n)
-                if n.next != DEAD && n.ptr == k.ptr && n.size == k.size && n.stream == k.stream =>
-            {
-                *n
-            }
-            _ => return false,
-        };
+        let node = self.nodes[id];
         if node.prev == NIL {
             let c = class_of(k.size);
             let f = match self.streams.as_mut_slice() {
                 [(_, f)] => f,
                 many => match many.iter_mut().find(|(s, _)| *s == k.stream) {
                     Some((_, f)) => f,
-                    None => return false,
+                    None => unreachable!("a present key's stream has a list"),
                 },
             };
             *f.head_mut(c) = node.next;
@@ -383,7 +422,6 @@ impl FreeIndex {
         }
         self.nodes[id].next = DEAD;
         self.len -= 1;
-        true
     }
 
     #[cold]
@@ -402,6 +440,7 @@ impl FreeIndex {
     }
 
     /// Whether the key is present.
+    #[inline]
     pub(crate) fn contains(&self, k: &SizeKey) -> bool {
         if k.size >= EXACT_LIMIT {
             return self
