@@ -66,6 +66,10 @@ pub struct DeviceCachingAllocator<D: DeviceMemory> {
     pub(crate) warnings: Vec<String>,
 }
 
+/// Blocks the tables start with room for (about 100 KiB in all), so that a new allocator
+/// does not regrow them step by step during its first thousand allocations.
+const INITIAL_BLOCKS: usize = 1024;
+
 /// What one malloc is about (PyTorch's `AllocParams`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
@@ -104,10 +108,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let mut this = DeviceCachingAllocator {
             device,
             config,
-            blocks: BlockArena::default(),
+            blocks: BlockArena::with_capacity(INITIAL_BLOCKS),
             large: BlockPool::new(usize::MAX),
             small: BlockPool::new(crate::sizes::SMALL_BUFFER),
-            allocated: PtrMap::default(),
+            allocated: PtrMap::with_capacity(INITIAL_BLOCKS),
             stats,
             total_allocated_memory: 0,
             allowed_memory_maximum: None,

@@ -94,6 +94,14 @@ pub(crate) struct BlockArena {
 }
 
 impl BlockArena {
+    /// An empty arena with room for `n` blocks.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        BlockArena {
+            slots: Vec::with_capacity(n),
+            free: None,
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn insert(&mut self, mut block: Block) -> BlockId {
         block.live = true;

@@ -6,23 +6,24 @@
 //! is a doubly linked list of its blocks sorted by address (usually zero to a handful), threaded
 //! through a node table indexed by [`BlockId`], so removing a known block is O(1) and nothing is
 //! allocated per block. Class heads live in lazily allocated pages of 256 classes; the bitmap's
-//! lowest level grows with the largest class used. Larger sizes live in a B-tree keyed by
+//! lowest level grows with the largest class used. Larger sizes live in a vector sorted by
 //! `(size, address)`. Iteration order is the same total order as PyTorch's set, so every decision
 //! (best fit, ties to the lowest address, release order) is unchanged.
-
-use std::collections::BTreeMap;
 
 use smallvec::SmallVec;
 
 use crate::block::{BlockId, SizeKey};
 use crate::device::{DevicePtr, StreamId};
 
-/// Sizes below this many bytes (64 MiB) use exact size classes; larger ones a B-tree.
+/// Sizes below this many bytes (64 MiB) use exact size classes; larger ones a sorted vector.
 pub(crate) const EXACT_LIMIT: usize = 64 << 20;
 const UNIT_SHIFT: u32 = 9;
 const CLASSES: usize = EXACT_LIMIT >> UNIT_SHIFT; // 131072
 const L0_WORDS: usize = CLASSES / 64; // 2048
 const L1_WORDS: usize = L0_WORDS / 64; // 32
+
+/// Node-table entries a new index has room for before it reallocates.
+const INITIAL_NODES: usize = 1024;
 
 /// No block: the end of a class list, or an empty class.
 const NIL: u32 = u32::MAX;
@@ -160,7 +161,7 @@ struct StreamFree {
     /// index without hashing; memory grows with the size ranges in use).
     heads: Vec<Option<HeadPage>>,
     /// Blocks of `EXACT_LIMIT` bytes or more, by `(size, address)`.
-    large: BTreeMap<(usize, DevicePtr), BlockId>,
+    large: LargeSet,
 }
 
 impl StreamFree {
@@ -193,6 +194,53 @@ impl StreamFree {
             self.heads.resize_with(p + 1, || None);
         }
         self.heads[p].get_or_insert_with(|| Box::new([NIL; PAGE]));
+    }
+}
+
+/// The free blocks of `EXACT_LIMIT` bytes or more of one stream, as a vector sorted by
+/// `(size, address)`: there are few (device memory / 64 MiB at most), so binary search and a
+/// short move beat a B-tree's node allocations.
+#[derive(Clone, Debug, Default)]
+struct LargeSet {
+    entries: Vec<((usize, DevicePtr), BlockId)>,
+}
+
+impl LargeSet {
+    /// Inserts `key -> id`; false if `key` is present.
+    fn insert(&mut self, key: (usize, DevicePtr), id: BlockId) -> bool {
+        match self.entries.binary_search_by_key(&key, |e| e.0) {
+            Ok(_) => false,
+            Err(at) => {
+                self.entries.insert(at, (key, id));
+                true
+            }
+        }
+    }
+
+    /// Removes `key` if it maps to `id`.
+    fn remove(&mut self, key: (usize, DevicePtr), id: BlockId) -> bool {
+        match self.entries.binary_search_by_key(&key, |e| e.0) {
+            Ok(at) if self.entries[at].1 == id => {
+                self.entries.remove(at);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn get(&self, key: (usize, DevicePtr)) -> Option<BlockId> {
+        let at = self.entries.binary_search_by_key(&key, |e| e.0).ok()?;
+        Some(self.entries[at].1)
+    }
+
+    /// The entries `>= key`, ascending.
+    fn from(&self, key: (usize, DevicePtr)) -> &[((usize, DevicePtr), BlockId)] {
+        &self.entries[self.entries.partition_point(|e| e.0 < key)..]
+    }
+
+    /// The entries `< key`, ascending.
+    fn below(&self, key: (usize, DevicePtr)) -> &[((usize, DevicePtr), BlockId)] {
+        &self.entries[..self.entries.partition_point(|e| e.0 < key)]
     }
 }
 
@@ -246,11 +294,11 @@ fn class_of(size: usize) -> usize {
 impl FreeIndex {
     /// An empty index whose per-stream bitmaps start sized for free blocks of up to `size`
     /// bytes (larger ones still work: the bitmap grows). The small pool's blocks are at most one
-    /// 2 MiB segment; the large pool's reach the B-tree limit.
+    /// 2 MiB segment; the large pool's reach the exact-class limit and beyond.
     pub(crate) fn for_sizes_up_to(size: usize) -> Self {
         FreeIndex {
             streams: Vec::new(),
-            nodes: Vec::new(),
+            nodes: Vec::with_capacity(INITIAL_NODES),
             len: 0,
             words: (class_of(size.min(EXACT_LIMIT - 1)) / 64 + 1)
                 .next_power_of_two()
@@ -287,27 +335,16 @@ impl FreeIndex {
     /// Inserts a key; false if its block is already in the index.
     #[inline(always)]
     pub(crate) fn insert(&mut self, k: SizeKey) -> bool {
-        // Fast path: the only stream, an allocated head page, an empty class.
+        // Fast path: the only stream, an allocated head page, a node slot.
         let id = k.id.0 as usize;
-        if k.size < EXACT_LIMIT && id < self.nodes.len() {
+        if k.size < EXACT_LIMIT && id < self.nodes.len() && self.nodes[id].next == DEAD {
             if let [(s, f)] = self.streams.as_mut_slice() {
                 let c = class_of(k.size);
                 if *s == k.stream {
                     if let Some(Some(page)) = f.heads.get_mut(c / PAGE) {
-                        let head = &mut page[c % PAGE];
-                        if *head == NIL && self.nodes[id].next == DEAD {
-                            *head = k.id.0;
-                            f.bitmap.set(c);
-                            self.nodes[id] = Node {
-                                ptr: k.ptr,
-                                size: k.size,
-                                stream: k.stream,
-                                prev: NIL,
-                                next: NIL,
-                            };
-                            self.len += 1;
-                            return true;
-                        }
+                        link(&mut self.nodes, &mut page[c % PAGE], &mut f.bitmap, c, &k);
+                        self.len += 1;
+                        return true;
                     }
                 }
             }
@@ -320,58 +357,24 @@ impl FreeIndex {
     fn insert_slow(&mut self, k: SizeKey) -> bool {
         let s = self.stream_index(k.stream);
         if k.size >= EXACT_LIMIT {
-            let inserted = self.streams[s]
-                .1
-                .large
-                .insert((k.size, k.ptr), k.id)
-                .is_none();
+            let inserted = self.streams[s].1.large.insert((k.size, k.ptr), k.id);
             self.len += usize::from(inserted);
             return inserted;
         }
         let id = k.id.0 as usize;
         if id >= self.nodes.len() {
-            let len = (id + 1).next_power_of_two().max(256);
+            let len = (id + 1).next_power_of_two().max(INITIAL_NODES);
             self.nodes.resize(len, DEAD_NODE);
         } else if self.nodes[id].next != DEAD {
             return false;
         }
         let f = &mut self.streams[s].1;
         let c = class_of(k.size);
-        let head = f.head_mut(c);
-        let nodes = &mut self.nodes;
-        let (prev, next) = if *head == NIL {
-            *head = k.id.0;
-            f.bitmap.set(c);
-            (NIL, NIL)
-        } else if nodes[*head as usize].ptr > k.ptr {
-            let next = *head;
-            *head = k.id.0;
-            nodes[next as usize].prev = k.id.0;
-            (NIL, next)
-        } else {
-            // Walk to the last block below `k.ptr` (class lists are short).
-            let mut at = *head;
-            loop {
-                let n = nodes[at as usize].next;
-                if n == NIL || nodes[n as usize].ptr > k.ptr {
-                    break;
-                }
-                at = n;
-            }
-            let next = nodes[at as usize].next;
-            nodes[at as usize].next = k.id.0;
-            if next != NIL {
-                nodes[next as usize].prev = k.id.0;
-            }
-            (at, next)
+        f.head_mut(c);
+        let Some(Some(page)) = f.heads.get_mut(c / PAGE) else {
+            unreachable!("head_mut allocated the page");
         };
-        nodes[id] = Node {
-            ptr: k.ptr,
-            size: k.size,
-            stream: k.stream,
-            prev,
-            next,
-        };
+        link(&mut self.nodes, &mut page[c % PAGE], &mut f.bitmap, c, &k);
         self.len += 1;
         true
     }
@@ -430,13 +433,9 @@ impl FreeIndex {
         let Some(i) = self.streams.iter().position(|(id, _)| *id == k.stream) else {
             return false;
         };
-        let large = &mut self.streams[i].1.large;
-        if large.get(&(k.size, k.ptr)) != Some(&k.id) {
-            return false;
-        }
-        large.remove(&(k.size, k.ptr));
-        self.len -= 1;
-        true
+        let removed = self.streams[i].1.large.remove((k.size, k.ptr), k.id);
+        self.len -= usize::from(removed);
+        removed
     }
 
     /// Whether the key is present.
@@ -445,7 +444,7 @@ impl FreeIndex {
         if k.size >= EXACT_LIMIT {
             return self
                 .stream(k.stream)
-                .is_some_and(|f| f.large.get(&(k.size, k.ptr)) == Some(&k.id));
+                .is_some_and(|f| f.large.get((k.size, k.ptr)) == Some(k.id));
         }
         self.nodes.get(k.id.0 as usize).is_some_and(|n| {
             n.next != DEAD && n.ptr == k.ptr && n.size == k.size && n.stream == k.stream
@@ -468,9 +467,9 @@ impl FreeIndex {
             }
         }
         f.large
-            .range((size.max(EXACT_LIMIT), 0)..)
-            .next()
-            .map(|(&(size, ptr), &id)| SizeKey {
+            .from((size.max(EXACT_LIMIT), 0))
+            .first()
+            .map(|&((size, ptr), id)| SizeKey {
                 stream,
                 size,
                 ptr,
@@ -504,8 +503,8 @@ impl FreeIndex {
         });
         let large = f
             .into_iter()
-            .flat_map(move |f| f.large.range((size.max(EXACT_LIMIT), 0)..))
-            .map(move |(&(size, ptr), &id)| SizeKey {
+            .flat_map(move |f| f.large.from((size.max(EXACT_LIMIT), 0)))
+            .map(move |&((size, ptr), id)| SizeKey {
                 stream,
                 size,
                 ptr,
@@ -523,8 +522,8 @@ impl FreeIndex {
         let f = self.stream(stream);
         let large = f
             .into_iter()
-            .flat_map(move |f| f.large.range(..(size, 0)).rev())
-            .map(move |(&(size, ptr), &id)| SizeKey {
+            .flat_map(move |f| f.large.below((size, 0)).iter().rev())
+            .map(move |&((size, ptr), id)| SizeKey {
                 stream,
                 size,
                 ptr,
@@ -553,6 +552,45 @@ impl FreeIndex {
             .iter()
             .flat_map(move |(s, _)| self.range_from(*s, 0))
     }
+}
+
+/// Links block `k` into class `c` (whose first block is `*head`) at its address position, and
+/// marks the class non-empty.
+#[inline(always)]
+fn link(nodes: &mut [Node], head: &mut u32, bitmap: &mut Bitmap, c: usize, k: &SizeKey) {
+    let (prev, next) = if *head == NIL {
+        *head = k.id.0;
+        bitmap.set(c);
+        (NIL, NIL)
+    } else if nodes[*head as usize].ptr > k.ptr {
+        let next = *head;
+        *head = k.id.0;
+        nodes[next as usize].prev = k.id.0;
+        (NIL, next)
+    } else {
+        // Walk to the last block below `k.ptr` (class lists are short).
+        let mut at = *head;
+        loop {
+            let n = nodes[at as usize].next;
+            if n == NIL || nodes[n as usize].ptr > k.ptr {
+                break;
+            }
+            at = n;
+        }
+        let next = nodes[at as usize].next;
+        nodes[at as usize].next = k.id.0;
+        if next != NIL {
+            nodes[next as usize].prev = k.id.0;
+        }
+        (at, next)
+    };
+    nodes[k.id.0 as usize] = Node {
+        ptr: k.ptr,
+        size: k.size,
+        stream: k.stream,
+        prev,
+        next,
+    };
 }
 
 /// Walks the exact classes upward from `class`, each class in address order.

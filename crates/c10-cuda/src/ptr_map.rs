@@ -36,6 +36,11 @@ impl Default for PtrMap {
 }
 
 impl PtrMap {
+    /// An empty map that holds `n` entries before it grows.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        PtrMap::with_slots((2 * n).next_power_of_two().max(MIN_SLOTS))
+    }
+
     fn with_slots(n: usize) -> Self {
         debug_assert!(n.is_power_of_two());
         PtrMap {
