@@ -16,7 +16,7 @@ use crate::history::{Clock, History, TraceAction, TraceEntry};
 use crate::oom::OutOfMemoryError;
 use crate::ptr_map::PtrMap;
 use crate::sizes::{get_allocation_size, is_small, round_size, should_split};
-use crate::stats::{DeviceStats, StatType, update_pool};
+use crate::stats::{DeviceStats, StatType, decrease, increase};
 
 /// A block handed out by [`DeviceCachingAllocator::malloc`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,13 +200,23 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.history.since(start)
     }
 
-    /// The statistics (PyTorch's `getDeviceStats`).
-    pub fn stats(&self) -> &DeviceStats {
-        &self.stats
+    /// Bytes of live allocations (rounded block sizes) now: `allocated_bytes.all.current` of
+    /// [`Self::stats`] (PyTorch's `torch.cuda.memory_allocated`), without copying the stats.
+    pub fn allocated_bytes(&self) -> usize {
+        let [_, small, large] = &self.stats.allocated_bytes;
+        (small.current + large.current) as usize
+    }
+
+    /// The statistics (PyTorch's `getDeviceStats`): a copy, taken now.
+    pub fn stats(&self) -> DeviceStats {
+        let mut stats = self.stats.clone();
+        stats.materialize();
+        stats
     }
 
     /// `peak = current` for every stat (PyTorch's `resetPeakStats`).
     pub fn reset_peak_stats(&mut self) {
+        self.stats.materialize();
         self.stats.reset_peak();
     }
 
@@ -425,10 +435,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         };
         self.total_allocated_memory += size;
         let id = self.blocks.insert(Block::new(ptr, size, p.stream, p.small));
-        update_pool(&mut self.stats.segment, p.small, |s| s.increase(1));
-        update_pool(&mut self.stats.reserved_bytes, p.small, |s| {
-            s.increase(size as u64);
-        });
+        increase(&mut self.stats.segment, p.small, 1);
+        increase(&mut self.stats.reserved_bytes, p.small, size as u64);
         if size >= self.config.max_split_size_or_max() {
             self.stats.oversize_segments.increase(1);
         }
@@ -471,24 +479,26 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             pool.insert_into_blocks(remaining, r);
             if already_split && !expandable {
                 // An already-split inactive block shrinks by `size` bytes.
-                update_pool(&mut self.stats.inactive_split_bytes, small, |s| {
-                    s.decrease(p.size as u64);
-                });
+                decrease(&mut self.stats.inactive_split_bytes, small, p.size as u64);
             } else if !expandable {
                 // A new inactive split block appears from a previously unsplit block.
-                update_pool(&mut self.stats.inactive_split_bytes, small, |s| {
-                    s.increase(remaining_size as u64);
-                });
-                update_pool(&mut self.stats.inactive_split, small, |s| s.increase(1));
+                increase(
+                    &mut self.stats.inactive_split_bytes,
+                    small,
+                    remaining_size as u64,
+                );
+                increase(&mut self.stats.inactive_split, small, 1);
             }
             id
         } else {
             if already_split && !expandable {
                 // An already-split block becomes active.
-                update_pool(&mut self.stats.inactive_split_bytes, small, |s| {
-                    s.decrease(block_size as u64);
-                });
-                update_pool(&mut self.stats.inactive_split, small, |s| s.decrease(1));
+                decrease(
+                    &mut self.stats.inactive_split_bytes,
+                    small,
+                    block_size as u64,
+                );
+                decrease(&mut self.stats.inactive_split, small, 1);
             }
             found
         };
@@ -500,15 +510,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             .record(TraceAction::Alloc, ptr, p.orig_size as u64, p.stream);
         self.allocated.insert(ptr, id);
         let stats = &mut self.stats;
-        update_pool(&mut stats.allocation, small, |s| s.increase(1));
-        update_pool(&mut stats.allocated_bytes, small, |s| {
-            s.increase(size as u64)
-        });
-        update_pool(&mut stats.active, small, |s| s.increase(1));
-        update_pool(&mut stats.active_bytes, small, |s| s.increase(size as u64));
-        update_pool(&mut stats.requested_bytes, small, |s| {
-            s.increase(p.orig_size as u64);
-        });
+        increase(&mut stats.allocation, small, 1);
+        increase(&mut stats.allocated_bytes, small, size as u64);
+        increase(&mut stats.active, small, 1);
+        increase(&mut stats.active_bytes, small, size as u64);
+        increase(&mut stats.requested_bytes, small, p.orig_size as u64);
         if size >= self.config.max_split_size_or_max() {
             self.stats.oversize_allocations.increase(1);
         }
@@ -534,6 +540,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         );
         self.stats.num_ooms += 1;
         let agg = StatType::Aggregate as usize;
+        let stats = self.stats();
         Error::OutOfMemory(Box::new(OutOfMemoryError {
             device: self.device.index(),
             requested: p.orig_size as u64,
@@ -541,8 +548,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             segment_size: p.alloc_size as u64,
             device_total: device_total as u64,
             device_free: device_free as u64,
-            allocated: self.stats.allocated_bytes[agg].current as u64,
-            reserved: self.stats.reserved_bytes[agg].current as u64,
+            allocated: stats.allocated_bytes[agg].current as u64,
+            reserved: stats.reserved_bytes[agg].current as u64,
             allowed: self.allowed_memory_maximum.map(|v| v as u64),
             expandable_segments: self.config.expandable_segments,
             max_split_size: self.config.max_split_size.map(|v| v as u64),
@@ -571,10 +578,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         b.allocated = false;
         let (small, size, requested, stream) = (b.small, b.size, b.requested_size, b.stream);
         let has_uses = !b.stream_uses.is_empty();
-        update_pool(&mut self.stats.allocation, small, |s| s.decrease(1));
-        update_pool(&mut self.stats.allocated_bytes, small, |s| {
-            s.decrease(size as u64);
-        });
+        decrease(&mut self.stats.allocation, small, 1);
+        decrease(&mut self.stats.allocated_bytes, small, size as u64);
         self.history
             .record(TraceAction::FreeRequested, ptr, requested as u64, stream);
         if size >= self.config.max_split_size_or_max() {
@@ -699,20 +704,16 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let expandable = b.expandable.is_some();
         let stats = &mut self.stats;
         if !expandable && (net_inactive_split_blocks != 0 || net_inactive_split_size != 0) {
-            update_pool(&mut stats.inactive_split, small, |s| {
-                apply_net(s, net_inactive_split_blocks);
-            });
-            update_pool(&mut stats.inactive_split_bytes, small, |s| {
-                apply_net(s, net_inactive_split_size);
-            });
+            apply_net(&mut stats.inactive_split, small, net_inactive_split_blocks);
+            apply_net(
+                &mut stats.inactive_split_bytes,
+                small,
+                net_inactive_split_size,
+            );
         }
-        update_pool(&mut stats.active, small, |s| s.decrease(1));
-        update_pool(&mut stats.active_bytes, small, |s| {
-            s.decrease(original_size as u64);
-        });
-        update_pool(&mut stats.requested_bytes, small, |s| {
-            s.decrease(requested as u64)
-        });
+        decrease(&mut stats.active, small, 1);
+        decrease(&mut stats.active_bytes, small, original_size as u64);
+        decrease(&mut stats.requested_bytes, small, requested as u64);
     }
 
     /// Merges `src` into `dst` when `src` is an idle neighbour with the same mapping state;
@@ -772,10 +773,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 }
 
 #[inline(always)]
-fn apply_net(stat: &mut crate::stats::Stat, net: i64) {
+fn apply_net(arr: &mut crate::stats::StatArray, small: bool, net: i64) {
     match net.cmp(&0) {
-        std::cmp::Ordering::Greater => stat.increase(net as u64),
-        std::cmp::Ordering::Less => stat.decrease(net.unsigned_abs()),
+        std::cmp::Ordering::Greater => increase(arr, small, net as u64),
+        std::cmp::Ordering::Less => decrease(arr, small, net.unsigned_abs()),
         std::cmp::Ordering::Equal => {}
     }
 }

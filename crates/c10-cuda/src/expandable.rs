@@ -205,9 +205,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         };
         pool.insert_into_blocks(id, self.blocks.get_mut(id));
         self.total_allocated_memory += mapped_size;
-        for t in Self::stat_types(small) {
-            self.stats.reserved_bytes[t].increase(mapped_size as u64);
-        }
+        crate::stats::increase(&mut self.stats.reserved_bytes, small, mapped_size as u64);
         self.stats.num_device_alloc += 1;
         self.history.record(
             TraceAction::SegmentMap,
@@ -334,9 +332,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let key = AddrKey::of(id, self.blocks.get(id));
         self.pool_mut(small).unmapped.insert(key);
         self.total_allocated_memory -= usize_;
-        for t in Self::stat_types(small) {
-            self.stats.reserved_bytes[t].decrease(usize_ as u64);
-        }
+        crate::stats::decrease(&mut self.stats.reserved_bytes, small, usize_ as u64);
         self.stats.num_device_free += 1;
         self.history
             .record(TraceAction::SegmentUnmap, uptr, usize_ as u64, stream);

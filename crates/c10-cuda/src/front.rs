@@ -204,7 +204,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidDevice`].
     pub fn device_stats(&self, device: u8) -> Result<DeviceStats> {
-        Ok(self.dev(device)?.lock().stats().clone())
+        Ok(self.dev(device)?.lock().stats())
     }
 
     /// `torch.cuda.memory_stats(device)`: PyTorch's 122 keys.

@@ -5,6 +5,7 @@ use crate::block::{Block, BlockId};
 use crate::device::{DeviceMemory, DevicePtr, StreamId};
 use crate::error::Result;
 use crate::history::TraceAction;
+use crate::stats::increase;
 
 /// One block of a segment to import, in address order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,11 +38,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let total: usize = blocks.iter().map(|b| b.size).sum();
         let base = self.device.malloc(total)?;
         self.total_allocated_memory += total;
-        let types = Self::stat_types(small);
-        for t in types {
-            self.stats.segment[t].increase(1);
-            self.stats.reserved_bytes[t].increase(total as u64);
-        }
+        increase(&mut self.stats.segment, small, 1);
+        increase(&mut self.stats.reserved_bytes, small, total as u64);
         let max_split = self.config.max_split_size_or_max();
         if total >= max_split {
             self.stats.oversize_segments.increase(1);
@@ -73,23 +71,20 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             }
             if b.allocated {
                 self.allocated.insert(ptr, id);
-                for t in types {
-                    self.stats.allocation[t].increase(1);
-                    self.stats.allocated_bytes[t].increase(b.size as u64);
-                    self.stats.active[t].increase(1);
-                    self.stats.active_bytes[t].increase(b.size as u64);
-                    self.stats.requested_bytes[t].increase(b.requested as u64);
-                }
+                let stats = &mut self.stats;
+                increase(&mut stats.allocation, small, 1);
+                increase(&mut stats.allocated_bytes, small, b.size as u64);
+                increase(&mut stats.active, small, 1);
+                increase(&mut stats.active_bytes, small, b.size as u64);
+                increase(&mut stats.requested_bytes, small, b.requested as u64);
                 if b.size >= max_split {
                     self.stats.oversize_allocations.increase(1);
                 }
             } else {
                 free_ids.push(id);
                 if split {
-                    for t in types {
-                        self.stats.inactive_split[t].increase(1);
-                        self.stats.inactive_split_bytes[t].increase(b.size as u64);
-                    }
+                    increase(&mut self.stats.inactive_split, small, 1);
+                    increase(&mut self.stats.inactive_split_bytes, small, b.size as u64);
                 }
             }
             ptr += b.size as u64;

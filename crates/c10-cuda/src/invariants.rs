@@ -148,7 +148,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 self.total_allocated_memory, mapped_bytes
             ));
         }
-        let s = &self.stats;
+        let s = &self.stats();
         let arrays: [(&str, &StatArray, &[i64; 3]); 9] = [
             ("allocation", &s.allocation, &r.allocation),
             ("allocated_bytes", &s.allocated_bytes, &r.allocated_bytes),

@@ -89,10 +89,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             .record(TraceAction::SegmentFree, ptr, size as u64, stream);
         self.device.free(ptr, size)?;
         self.total_allocated_memory -= size;
-        for t in Self::stat_types(small) {
-            self.stats.segment[t].decrease(1);
-            self.stats.reserved_bytes[t].decrease(size as u64);
-        }
+        crate::stats::decrease(&mut self.stats.segment, small, 1);
+        crate::stats::decrease(&mut self.stats.reserved_bytes, small, size as u64);
         if size >= self.config.max_split_size_or_max() {
             self.stats.oversize_segments.decrease(1);
         }

@@ -85,13 +85,30 @@ impl StatType {
 /// One [`Stat`] per [`StatType`] (PyTorch's `StatArray`), indexed by `StatType as usize`.
 pub type StatArray = [Stat; 3];
 
-/// Applies `f` to the aggregate stat of `arr` and to the stat of the small or large pool (the
-/// two a block counts in; PyTorch's `for_each_selected_stat_type`).
+// How the allocator keeps its arrays: PyTorch updates the aggregate and the pool stat of every
+// change (`for_each_selected_stat_type`). The allocator updates only the pool's stat, plus the
+// aggregate's peak on an increase (the aggregate's current is the sum of the pools'); the
+// aggregate's `current`, `allocated` and `freed` are filled in when the stats are read
+// ([`DeviceStats::materialize`]). The values read are the same; a malloc/free pair does half
+// the stat updates.
+
+/// Index of the small or large pool's stat in a [`StatArray`].
 #[inline(always)]
-pub(crate) fn update_pool(arr: &mut StatArray, small: bool, f: impl Fn(&mut Stat)) {
-    let [aggregate, small_pool, large_pool] = arr;
-    f(aggregate);
-    f(if small { small_pool } else { large_pool });
+fn pool_index(small: bool) -> usize {
+    2 - usize::from(small)
+}
+
+/// Adds `amount` to the pool's stat of `arr` and keeps the aggregate's peak.
+#[inline(always)]
+pub(crate) fn increase(arr: &mut StatArray, small: bool, amount: u64) {
+    arr[pool_index(small)].increase(amount);
+    arr[0].peak = arr[0].peak.max(arr[1].current + arr[2].current);
+}
+
+/// Subtracts `amount` from the pool's stat of `arr`.
+#[inline(always)]
+pub(crate) fn decrease(arr: &mut StatArray, small: bool, amount: u64) {
+    arr[pool_index(small)].decrease(amount);
 }
 
 /// All statistics of one device allocator (PyTorch's `DeviceStats`).
@@ -213,6 +230,18 @@ impl DeviceStats {
         out.insert("num_device_alloc".into(), self.num_device_alloc);
         out.insert("num_device_free".into(), self.num_device_free);
         out
+    }
+
+    /// Sets the aggregate of every array to the sum of its pools (`current`, `allocated`,
+    /// `freed`; the aggregate's peak is kept as it is tracked). See the note on how the
+    /// allocator keeps its arrays.
+    pub(crate) fn materialize(&mut self) {
+        for array in self.arrays_mut() {
+            let [aggregate, small_pool, large_pool] = array;
+            aggregate.current = small_pool.current + large_pool.current;
+            aggregate.allocated = small_pool.allocated + large_pool.allocated;
+            aggregate.freed = small_pool.freed + large_pool.freed;
+        }
     }
 
     /// `peak = current` for every stat (PyTorch's `resetPeakStats`).

@@ -167,7 +167,7 @@ fn oom_message() {
 #[test]
 fn stats_table_after_script() {
     let r = script();
-    redacted(|| insta::assert_snapshot!(stats_table(r.alloc.stats())));
+    redacted(|| insta::assert_snapshot!(stats_table(&r.alloc.stats())));
 }
 
 /// The same figures in PyTorch's summary format. Byte cells switch unit at 768 of the next
@@ -177,5 +177,5 @@ fn stats_table_after_script() {
 #[test]
 fn memory_summary_after_script() {
     let r = script();
-    redacted(|| insta::assert_snapshot!(memory_summary(0, r.alloc.stats(), false)));
+    redacted(|| insta::assert_snapshot!(memory_summary(0, &r.alloc.stats(), false)));
 }

@@ -11,7 +11,6 @@
 use c10_cuda::config::AllocatorConfig;
 use c10_cuda::device::{DevicePtr, StreamId};
 use c10_cuda::sizes::round_size;
-use c10_cuda::stats::StatType;
 use c10_cuda::{DeviceCachingAllocator, SimDevice};
 
 use crate::backend::{Backend, RunRequest};
@@ -109,9 +108,8 @@ impl AllocatorBackend {
     fn malloc(&mut self, bytes: u64) -> Result<DevicePtr, BoxError> {
         let a = self.alloc.malloc(bytes as usize, StreamId::DEFAULT)?;
         self.report.requests += 1;
-        let stats = self.alloc.stats();
-        let allocated = stats.allocated_bytes[StatType::Aggregate as usize].current as u64;
-        let reserved = stats.reserved_bytes[StatType::Aggregate as usize].current as u64;
+        let allocated = self.alloc.allocated_bytes() as u64;
+        let reserved = self.alloc.reserved_bytes() as u64;
         let r = &mut self.report;
         r.peak_allocated_bytes = r.peak_allocated_bytes.max(allocated);
         if reserved > r.peak_reserved_bytes {
@@ -125,9 +123,7 @@ impl AllocatorBackend {
 
 impl Backend for AllocatorBackend {
     fn allocated_bytes(&self) -> Option<u64> {
-        self.accounting.then(|| {
-            self.alloc.stats().allocated_bytes[StatType::Aggregate as usize].current as u64
-        })
+        self.accounting.then(|| self.alloc.allocated_bytes() as u64)
     }
 
     fn charged_bytes(&self, bytes: u64) -> u64 {

@@ -295,7 +295,7 @@ pub fn replay(
         i += 1;
     }
     progress(total, total);
-    let stats_end = r.alloc.stats().clone();
+    let stats_end = r.alloc.stats();
     let snapshot_out = r.alloc.snapshot();
     Ok(Outcome {
         config: opts.config.to_string(),
@@ -361,10 +361,10 @@ struct Runner {
 impl Runner {
     fn sample(&mut self, index: usize, time_us: Option<u64>, series: bool) {
         let reserved = self.alloc.reserved_bytes() as u64;
-        let allocated = self.alloc.stats().allocated_bytes[0].current as u64;
+        let allocated = self.alloc.allocated_bytes() as u64;
         if reserved > self.peak_reserved {
             self.peak_reserved = reserved;
-            self.stats_at_peak = self.alloc.stats().clone();
+            self.stats_at_peak = self.alloc.stats();
         }
         self.peak_allocated = self.peak_allocated.max(allocated);
         self.lower_bound = self.lower_bound.max(self.live_bytes);

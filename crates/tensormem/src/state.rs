@@ -59,5 +59,5 @@ pub fn state_stats(snapshot: &Snapshot, device: u8) -> Result<DeviceStats, Error
         sim.script_malloc(s.address, blocks.iter().map(|b| b.size).sum());
         alloc.import_segment(StreamId(s.stream), !s.is_large, &blocks)?;
     }
-    Ok(alloc.stats().clone())
+    Ok(alloc.stats())
 }
