@@ -1,26 +1,31 @@
 //! The best-fit index of a pool's free blocks, ordered by `(stream, size, address)` exactly as
 //! PyTorch's `std::set<Block*, BlockComparatorSize>`, but with O(1) size-class lookups.
 //!
-//! Per stream, sizes below [`EXACT_LIMIT`] bytes have one class per 512-byte size. A three-level
-//! bitmap finds the next non-empty class at or above a size in a few `trailing_zeros`; each class
-//! is a doubly linked list of its blocks sorted by address (usually zero to a handful), threaded
-//! through a node table indexed by [`BlockId`], so removing a known block is O(1) and nothing is
+//! Per stream, the blocks are spread over size classes: one class per 512-byte size below
+//! [`EXACT_LIMIT`] (64 MiB), then one class per 2 MiB of size above it (the last class takes
+//! everything beyond 256 GiB). A three-level bitmap finds the next non-empty class at or above
+//! a size in a few `trailing_zeros`. Each class is a doubly linked list of its blocks sorted by
+//! `(size, address)` (in an exact class, by address), usually zero to a handful long, threaded
+//! through a node table indexed by [`BlockId`]: removing a known block is O(1) and nothing is
 //! allocated per block. Class heads live in lazily allocated pages of 256 classes; the bitmap's
-//! lowest level grows with the largest class used. Larger sizes live in a vector sorted by
-//! `(size, address)`. Iteration order is the same total order as PyTorch's set, so every decision
-//! (best fit, ties to the lowest address, release order) is unchanged.
+//! lowest level starts sized for the pool and grows with the largest class used. Iteration
+//! order is the same total order as PyTorch's set, so every decision (best fit, ties to the
+//! lowest address, release order) is unchanged.
 
 use smallvec::SmallVec;
 
 use crate::block::{BlockId, SizeKey};
 use crate::device::{DevicePtr, StreamId};
 
-/// Sizes below this many bytes (64 MiB) use exact size classes; larger ones a sorted vector.
+/// Sizes below this many bytes (64 MiB) have one class per 512-byte size.
 pub(crate) const EXACT_LIMIT: usize = 64 << 20;
 const UNIT_SHIFT: u32 = 9;
-const CLASSES: usize = EXACT_LIMIT >> UNIT_SHIFT; // 131072
-const L0_WORDS: usize = CLASSES / 64; // 2048
-const L1_WORDS: usize = L0_WORDS / 64; // 32
+const EXACT_CLASSES: usize = EXACT_LIMIT >> UNIT_SHIFT; // 131072
+/// Above [`EXACT_LIMIT`], one class per this many bytes of size (2 MiB).
+const COARSE_SHIFT: u32 = 21;
+const CLASSES: usize = 2 * EXACT_CLASSES; // 262144: up to 64 MiB + 256 GiB
+const L0_WORDS: usize = CLASSES / 64; // 4096
+const L1_WORDS: usize = L0_WORDS / 64; // 64
 
 /// Node-table entries a new index has room for before it reallocates.
 const INITIAL_NODES: usize = 1024;
@@ -28,13 +33,33 @@ const INITIAL_NODES: usize = 1024;
 /// No block: the end of a class list, or an empty class.
 const NIL: u32 = u32::MAX;
 
+/// The class of a free block of `size` bytes.
+#[inline(always)]
+fn class_of(size: usize) -> usize {
+    if size < EXACT_LIMIT {
+        size >> UNIT_SHIFT
+    } else {
+        (EXACT_CLASSES + ((size - EXACT_LIMIT) >> COARSE_SHIFT)).min(CLASSES - 1)
+    }
+}
+
 /// A three-level bitmap over the size classes: bit set = class non-empty. The lowest level
-/// covers only the classes up to the highest one ever set (the small pool needs 64 words).
-#[derive(Clone, Debug, Default)]
+/// covers only the classes up to the highest one set so far (the small pool needs 64 words).
+#[derive(Clone, Debug)]
 struct Bitmap {
     l0: Vec<u64>,
     l1: [u64; L1_WORDS],
     l2: u64,
+}
+
+impl Default for Bitmap {
+    fn default() -> Self {
+        Bitmap {
+            l0: Vec::new(),
+            l1: [0; L1_WORDS],
+            l2: 0,
+        }
+    }
 }
 
 impl Bitmap {
@@ -48,8 +73,8 @@ impl Bitmap {
         self.l0[w] = word | 1 << (c & 63);
         if word == 0 {
             // The word was empty: mark it in the upper levels.
-            self.l1[w >> 6] |= 1 << (w & 63);
-            self.l2 |= 1 << (w >> 6);
+            self.l1[(w >> 6) % L1_WORDS] |= 1 << (w & 63);
+            self.l2 |= 1 << ((w >> 6) & 63);
         }
     }
 
@@ -64,15 +89,16 @@ impl Bitmap {
         let w = c >> 6;
         self.l0[w] &= !(1 << (c & 63));
         if self.l0[w] == 0 {
-            self.l1[w >> 6] &= !(1 << (w & 63));
-            if self.l1[w >> 6] == 0 {
-                self.l2 &= !(1 << (w >> 6));
+            let i = (w >> 6) % L1_WORDS;
+            self.l1[i] &= !(1 << (w & 63));
+            if self.l1[i] == 0 {
+                self.l2 &= !(1 << i);
             }
         }
     }
 
     /// Word `w` of the lowest level (0 beyond the covered classes).
-    #[inline]
+    #[inline(always)]
     fn word(&self, w: usize) -> u64 {
         self.l0.get(w).copied().unwrap_or(0)
     }
@@ -150,7 +176,7 @@ impl Bitmap {
 /// Classes per lazily allocated page of class heads.
 const PAGE: usize = 256;
 
-/// One page of class heads: the lowest-address block of each class, or [`NIL`].
+/// One page of class heads: the first block of each class, or [`NIL`].
 type HeadPage = Box<[u32; PAGE]>;
 
 /// One stream's free blocks.
@@ -160,8 +186,6 @@ struct StreamFree {
     /// Class -> its first block, in pages of [`PAGE`] classes allocated on first use (a direct
     /// index without hashing; memory grows with the size ranges in use).
     heads: Vec<Option<HeadPage>>,
-    /// Blocks of `EXACT_LIMIT` bytes or more, by `(size, address)`.
-    large: LargeSet,
 }
 
 impl StreamFree {
@@ -197,55 +221,9 @@ impl StreamFree {
     }
 }
 
-/// The free blocks of `EXACT_LIMIT` bytes or more of one stream, as a vector sorted by
-/// `(size, address)`: there are few (device memory / 64 MiB at most), so binary search and a
-/// short move beat a B-tree's node allocations.
-#[derive(Clone, Debug, Default)]
-struct LargeSet {
-    entries: Vec<((usize, DevicePtr), BlockId)>,
-}
-
-impl LargeSet {
-    /// Inserts `key -> id`; false if `key` is present.
-    fn insert(&mut self, key: (usize, DevicePtr), id: BlockId) -> bool {
-        match self.entries.binary_search_by_key(&key, |e| e.0) {
-            Ok(_) => false,
-            Err(at) => {
-                self.entries.insert(at, (key, id));
-                true
-            }
-        }
-    }
-
-    /// Removes `key` if it maps to `id`.
-    fn remove(&mut self, key: (usize, DevicePtr), id: BlockId) -> bool {
-        match self.entries.binary_search_by_key(&key, |e| e.0) {
-            Ok(at) if self.entries[at].1 == id => {
-                self.entries.remove(at);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn get(&self, key: (usize, DevicePtr)) -> Option<BlockId> {
-        let at = self.entries.binary_search_by_key(&key, |e| e.0).ok()?;
-        Some(self.entries[at].1)
-    }
-
-    /// The entries `>= key`, ascending.
-    fn from(&self, key: (usize, DevicePtr)) -> &[((usize, DevicePtr), BlockId)] {
-        &self.entries[self.entries.partition_point(|e| e.0 < key)..]
-    }
-
-    /// The entries `< key`, ascending.
-    fn below(&self, key: (usize, DevicePtr)) -> &[((usize, DevicePtr), BlockId)] {
-        &self.entries[..self.entries.partition_point(|e| e.0 < key)]
-    }
-}
-
 /// A free block's links in its class list (indexed by block id). A node is live (its block is
-/// in an exact class list) unless `next == DEAD`; the key fields make removal exact.
+/// in a class list) unless `next == DEAD`; the key fields order the list and make removal
+/// exact.
 #[derive(Clone, Copy, Debug)]
 struct Node {
     ptr: DevicePtr,
@@ -253,6 +231,14 @@ struct Node {
     stream: StreamId,
     prev: u32,
     next: u32,
+}
+
+impl Node {
+    /// The order within a class list.
+    #[inline(always)]
+    fn order(&self) -> (usize, DevicePtr) {
+        (self.size, self.ptr)
+    }
 }
 
 /// `next` of a node whose block is not in a class list.
@@ -272,7 +258,7 @@ const DEAD_NODE: Node = Node {
 pub(crate) struct FreeIndex {
     /// Per stream, sorted by stream (PyTorch orders streams by handle value).
     streams: Vec<(StreamId, StreamFree)>,
-    /// Class-list links of the blocks below `EXACT_LIMIT`, by block id.
+    /// Class-list links, by block id.
     nodes: Vec<Node>,
     len: usize,
     /// Bitmap words a new stream's lowest level starts with: enough for the pool's usual sizes,
@@ -282,25 +268,20 @@ pub(crate) struct FreeIndex {
 
 impl Default for FreeIndex {
     fn default() -> Self {
-        FreeIndex::for_sizes_up_to(EXACT_LIMIT)
+        FreeIndex::for_sizes_up_to(usize::MAX)
     }
-}
-
-#[inline]
-fn class_of(size: usize) -> usize {
-    size >> UNIT_SHIFT
 }
 
 impl FreeIndex {
     /// An empty index whose per-stream bitmaps start sized for free blocks of up to `size`
     /// bytes (larger ones still work: the bitmap grows). The small pool's blocks are at most one
-    /// 2 MiB segment; the large pool's reach the exact-class limit and beyond.
+    /// 2 MiB segment; the large pool's can be anything.
     pub(crate) fn for_sizes_up_to(size: usize) -> Self {
         FreeIndex {
             streams: Vec::new(),
             nodes: Vec::with_capacity(INITIAL_NODES),
             len: 0,
-            words: (class_of(size.min(EXACT_LIMIT - 1)) / 64 + 1)
+            words: (class_of(size) / 64 + 1)
                 .next_power_of_two()
                 .clamp(64, L0_WORDS),
         }
@@ -337,7 +318,7 @@ impl FreeIndex {
     pub(crate) fn insert(&mut self, k: SizeKey) -> bool {
         // Fast path: the only stream, an allocated head page, a node slot.
         let id = k.id.0 as usize;
-        if k.size < EXACT_LIMIT && id < self.nodes.len() && self.nodes[id].next == DEAD {
+        if id < self.nodes.len() && self.nodes[id].next == DEAD {
             if let [(s, f)] = self.streams.as_mut_slice() {
                 let c = class_of(k.size);
                 if *s == k.stream {
@@ -355,12 +336,6 @@ impl FreeIndex {
     #[cold]
     #[inline(never)]
     fn insert_slow(&mut self, k: SizeKey) -> bool {
-        let s = self.stream_index(k.stream);
-        if k.size >= EXACT_LIMIT {
-            let inserted = self.streams[s].1.large.insert((k.size, k.ptr), k.id);
-            self.len += usize::from(inserted);
-            return inserted;
-        }
         let id = k.id.0 as usize;
         if id >= self.nodes.len() {
             let len = (id + 1).next_power_of_two().max(INITIAL_NODES);
@@ -368,6 +343,7 @@ impl FreeIndex {
         } else if self.nodes[id].next != DEAD {
             return false;
         }
+        let s = self.stream_index(k.stream);
         let f = &mut self.streams[s].1;
         let c = class_of(k.size);
         f.head_mut(c);
@@ -380,11 +356,7 @@ impl FreeIndex {
     }
 
     /// Removes a key; false if it was absent.
-    #[inline(always)]
     pub(crate) fn remove(&mut self, k: &SizeKey) -> bool {
-        if k.size >= EXACT_LIMIT {
-            return self.remove_large(k);
-        }
         if !self.contains(k) {
             return false;
         }
@@ -396,11 +368,6 @@ impl FreeIndex {
     /// the caller knows it is there; checked in debug builds).
     #[inline(always)]
     pub(crate) fn remove_present(&mut self, k: &SizeKey) {
-        if k.size >= EXACT_LIMIT {
-            let removed = self.remove_large(k);
-            debug_assert!(removed, "removing a key that is not in the index");
-            return;
-        }
         debug_assert!(self.contains(k), "removing a key that is not in the index");
         let id = k.id.0 as usize;
         let node = self.nodes[id];
@@ -427,25 +394,9 @@ impl FreeIndex {
         self.len -= 1;
     }
 
-    #[cold]
-    #[inline(never)]
-    fn remove_large(&mut self, k: &SizeKey) -> bool {
-        let Some(i) = self.streams.iter().position(|(id, _)| *id == k.stream) else {
-            return false;
-        };
-        let removed = self.streams[i].1.large.remove((k.size, k.ptr), k.id);
-        self.len -= usize::from(removed);
-        removed
-    }
-
     /// Whether the key is present.
     #[inline]
     pub(crate) fn contains(&self, k: &SizeKey) -> bool {
-        if k.size >= EXACT_LIMIT {
-            return self
-                .stream(k.stream)
-                .is_some_and(|f| f.large.get((k.size, k.ptr)) == Some(k.id));
-        }
         self.nodes.get(k.id.0 as usize).is_some_and(|n| {
             n.next != DEAD && n.ptr == k.ptr && n.size == k.size && n.stream == k.stream
         })
@@ -455,26 +406,26 @@ impl FreeIndex {
     #[inline(always)]
     pub(crate) fn lower_bound(&self, stream: StreamId, size: usize) -> Option<SizeKey> {
         let f = self.stream(stream)?;
-        if size < EXACT_LIMIT {
-            if let Some(c) = f.bitmap.next_at_or_above(class_of(size)) {
-                let id = f.head(c);
-                return Some(SizeKey {
-                    stream,
-                    size: c << UNIT_SHIFT,
-                    ptr: self.nodes[id as usize].ptr,
-                    id: BlockId(id),
-                });
+        let c0 = class_of(size);
+        let mut c = f.bitmap.next_at_or_above(c0)?;
+        let mut id = f.head(c);
+        if c == c0 && c0 >= EXACT_CLASSES {
+            // A coarse class holds several sizes: skip its blocks below `size`.
+            while id != NIL && self.nodes[id as usize].size < size {
+                id = self.nodes[id as usize].next;
+            }
+            if id == NIL {
+                c = f.bitmap.next_at_or_above(c + 1)?;
+                id = f.head(c);
             }
         }
-        f.large
-            .from((size.max(EXACT_LIMIT), 0))
-            .first()
-            .map(|&((size, ptr), id)| SizeKey {
-                stream,
-                size,
-                ptr,
-                id,
-            })
+        let node = &self.nodes[id as usize];
+        Some(SizeKey {
+            stream,
+            size: node.size,
+            ptr: node.ptr,
+            id: BlockId(id),
+        })
     }
 
     /// Keys of `stream` with size `>= size`, ascending by `(size, address)`.
@@ -484,33 +435,20 @@ impl FreeIndex {
         size: usize,
     ) -> impl Iterator<Item = SizeKey> + '_ {
         let f = self.stream(stream);
-        let start = if size < EXACT_LIMIT {
-            f.and_then(|f| f.bitmap.next_at_or_above(class_of(size)))
-        } else {
-            None
-        };
-        let exact = ForwardClasses {
+        let start = f.and_then(|f| f.bitmap.next_at_or_above(class_of(size)));
+        ForwardClasses {
             f,
             nodes: &self.nodes,
             class: start,
             at: start.zip(f).map_or(NIL, |(c, f)| f.head(c)),
         }
-        .map(move |(ptr, id, size)| SizeKey {
+        .filter(move |n| n.size >= size)
+        .map(move |n| SizeKey {
             stream,
-            size,
-            ptr,
-            id,
-        });
-        let large = f
-            .into_iter()
-            .flat_map(move |f| f.large.from((size.max(EXACT_LIMIT), 0)))
-            .map(move |&((size, ptr), id)| SizeKey {
-                stream,
-                size,
-                ptr,
-                id,
-            });
-        exact.chain(large)
+            size: n.size,
+            ptr: n.ptr,
+            id: n.id,
+        })
     }
 
     /// Keys of `stream` with size `< size`, descending by `(size, address)`.
@@ -520,30 +458,22 @@ impl FreeIndex {
         size: usize,
     ) -> impl Iterator<Item = SizeKey> + '_ {
         let f = self.stream(stream);
-        let large = f
-            .into_iter()
-            .flat_map(move |f| f.large.below((size, 0)).iter().rev())
-            .map(move |&((size, ptr), id)| SizeKey {
-                stream,
-                size,
-                ptr,
-                id,
-            });
-        let start = f.and_then(|f| f.bitmap.prev_below(class_of(size.min(EXACT_LIMIT))));
-        let exact = BackwardClasses {
+        // The class of `size` itself may hold smaller blocks (a coarse class).
+        let start = f.and_then(|f| f.bitmap.prev_below(class_of(size).saturating_add(1)));
+        BackwardClasses {
             f,
             nodes: &self.nodes,
             class: start,
             pending: SmallVec::new(),
             loaded: false,
         }
-        .map(move |(ptr, id, size)| SizeKey {
+        .filter(move |n| n.size < size)
+        .map(move |n| SizeKey {
             stream,
-            size,
-            ptr,
-            id,
-        });
-        large.chain(exact)
+            size: n.size,
+            ptr: n.ptr,
+            id: n.id,
+        })
     }
 
     /// All keys in `(stream, size, address)` order.
@@ -554,25 +484,26 @@ impl FreeIndex {
     }
 }
 
-/// Links block `k` into class `c` (whose first block is `*head`) at its address position, and
-/// marks the class non-empty.
+/// Links block `k` into class `c` (whose first block is `*head`) at its `(size, address)`
+/// position, and marks the class non-empty.
 #[inline(always)]
 fn link(nodes: &mut [Node], head: &mut u32, bitmap: &mut Bitmap, c: usize, k: &SizeKey) {
+    let order = (k.size, k.ptr);
     let (prev, next) = if *head == NIL {
         *head = k.id.0;
         bitmap.set(c);
         (NIL, NIL)
-    } else if nodes[*head as usize].ptr > k.ptr {
+    } else if nodes[*head as usize].order() > order {
         let next = *head;
         *head = k.id.0;
         nodes[next as usize].prev = k.id.0;
         (NIL, next)
     } else {
-        // Walk to the last block below `k.ptr` (class lists are short).
+        // Walk to the last block before `k` (class lists are short).
         let mut at = *head;
         loop {
             let n = nodes[at as usize].next;
-            if n == NIL || nodes[n as usize].ptr > k.ptr {
+            if n == NIL || nodes[n as usize].order() > order {
                 break;
             }
             at = n;
@@ -593,7 +524,15 @@ fn link(nodes: &mut [Node], head: &mut u32, bitmap: &mut Bitmap, c: usize, k: &S
     };
 }
 
-/// Walks the exact classes upward from `class`, each class in address order.
+/// A block yielded by the class walks.
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    ptr: DevicePtr,
+    size: usize,
+    id: BlockId,
+}
+
+/// Walks the classes upward from `class`, each class in `(size, address)` order.
 struct ForwardClasses<'a> {
     f: Option<&'a StreamFree>,
     nodes: &'a [Node],
@@ -603,9 +542,9 @@ struct ForwardClasses<'a> {
 }
 
 impl Iterator for ForwardClasses<'_> {
-    type Item = (DevicePtr, BlockId, usize);
+    type Item = Found;
 
-    fn next(&mut self) -> Option<Self::Item> {
+    fn next(&mut self) -> Option<Found> {
         let f = self.f?;
         loop {
             let c = self.class?;
@@ -613,7 +552,11 @@ impl Iterator for ForwardClasses<'_> {
                 let id = self.at;
                 let node = &self.nodes[id as usize];
                 self.at = node.next;
-                return Some((node.ptr, BlockId(id), c << UNIT_SHIFT));
+                return Some(Found {
+                    ptr: node.ptr,
+                    size: node.size,
+                    id: BlockId(id),
+                });
             }
             self.class = f.bitmap.next_at_or_above(c + 1);
             self.at = self.class.map_or(NIL, |c| f.head(c));
@@ -621,21 +564,21 @@ impl Iterator for ForwardClasses<'_> {
     }
 }
 
-/// Walks the exact classes downward from `class`, each class in descending address order.
+/// Walks the classes downward from `class`, each class in descending `(size, address)` order.
 struct BackwardClasses<'a> {
     f: Option<&'a StreamFree>,
     nodes: &'a [Node],
     class: Option<usize>,
-    /// The rest of the current class, in address order (yielded from the back).
-    pending: SmallVec<[(DevicePtr, BlockId); 4]>,
+    /// The rest of the current class, in ascending order (yielded from the back).
+    pending: SmallVec<[Found; 4]>,
     /// Whether `pending` holds the current class.
     loaded: bool,
 }
 
 impl Iterator for BackwardClasses<'_> {
-    type Item = (DevicePtr, BlockId, usize);
+    type Item = Found;
 
-    fn next(&mut self) -> Option<Self::Item> {
+    fn next(&mut self) -> Option<Found> {
         let f = self.f?;
         loop {
             let c = self.class?;
@@ -643,13 +586,17 @@ impl Iterator for BackwardClasses<'_> {
                 let mut at = f.head(c);
                 while at != NIL {
                     let node = &self.nodes[at as usize];
-                    self.pending.push((node.ptr, BlockId(at)));
+                    self.pending.push(Found {
+                        ptr: node.ptr,
+                        size: node.size,
+                        id: BlockId(at),
+                    });
                     at = node.next;
                 }
                 self.loaded = true;
             }
-            if let Some((ptr, id)) = self.pending.pop() {
-                return Some((ptr, id, c << UNIT_SHIFT));
+            if let Some(found) = self.pending.pop() {
+                return Some(found);
             }
             self.class = f.bitmap.prev_below(c);
             self.loaded = false;
@@ -668,6 +615,31 @@ mod tests {
             size,
             ptr,
             id: BlockId(id),
+        }
+    }
+
+    /// Classes never decrease with size (so a walk up from a size's class sees every larger
+    /// block), are exact below 64 MiB, 2 MiB wide above it, and end at the last class.
+    #[test]
+    fn classes_grow_with_size() {
+        assert_eq!(class_of(512), 1);
+        assert_eq!(class_of(EXACT_LIMIT - 512), EXACT_CLASSES - 1);
+        assert_eq!(class_of(EXACT_LIMIT), EXACT_CLASSES);
+        assert_eq!(class_of(EXACT_LIMIT + (2 << 20) - 512), EXACT_CLASSES);
+        assert_eq!(class_of(EXACT_LIMIT + (2 << 20)), EXACT_CLASSES + 1);
+        assert_eq!(class_of(usize::MAX), CLASSES - 1);
+        let mut sizes: Vec<usize> = (10..63)
+            .flat_map(|shift| [(1usize << shift) - 512, 1 << shift, (1 << shift) + 512])
+            .collect();
+        sizes.sort_unstable();
+        let mut last = 0;
+        for size in sizes {
+            let c = class_of(size);
+            assert!(
+                c >= last && c < CLASSES,
+                "class_of({size}) = {c} after {last}"
+            );
+            last = c;
         }
     }
 
