@@ -7,7 +7,7 @@
 //! a size in a few `trailing_zeros`. Each class is a doubly linked list of its blocks sorted by
 //! `(size, address)` (in an exact class, by address), usually zero to a handful long, threaded
 //! through a node table indexed by [`BlockId`]: removing a known block is O(1) and nothing is
-//! allocated per block. Class heads live in lazily allocated pages of 256 classes; the bitmap's
+//! allocated per block. Class heads live in lazily allocated pages of 64 classes; the bitmap's
 //! lowest level starts sized for the pool and grows with the largest class used. Iteration
 //! order is the same total order as PyTorch's set, so every decision (best fit, ties to the
 //! lowest address, release order) is unchanged.
@@ -27,7 +27,7 @@ const CLASSES: usize = 2 * EXACT_CLASSES; // 262144: up to 64 MiB + 256 GiB
 const L0_WORDS: usize = CLASSES / 64; // 4096
 const L1_WORDS: usize = L0_WORDS / 64; // 64
 
-/// Node-table entries a new index has room for before it reallocates.
+/// Node-table entries a new index starts with (it grows for larger block ids).
 const INITIAL_NODES: usize = 1024;
 
 /// No block: the end of a class list, or an empty class.
@@ -173,8 +173,9 @@ impl Bitmap {
     }
 }
 
-/// Classes per lazily allocated page of class heads.
-const PAGE: usize = 256;
+/// Classes per lazily allocated page of class heads (256 bytes: a page is filled when first
+/// used, so small pages keep a fresh allocator's first requests cheap).
+const PAGE: usize = 64;
 
 /// One page of class heads: the first block of each class, or [`NIL`].
 type HeadPage = Box<[u32; PAGE]>;
@@ -264,6 +265,9 @@ pub(crate) struct FreeIndex {
     /// Bitmap words a new stream's lowest level starts with: enough for the pool's usual sizes,
     /// so that filling a pool from empty does not grow it step by step.
     words: usize,
+    /// A stream list made ready when the index was built, taken by the first stream to arrive
+    /// (so that an allocator's first requests do not pay for it).
+    spare: Option<StreamFree>,
 }
 
 impl Default for FreeIndex {
@@ -277,14 +281,26 @@ impl FreeIndex {
     /// bytes (larger ones still work: the bitmap grows). The small pool's blocks are at most one
     /// 2 MiB segment; the large pool's can be anything.
     pub(crate) fn for_sizes_up_to(size: usize) -> Self {
-        FreeIndex {
-            streams: Vec::new(),
-            nodes: Vec::with_capacity(INITIAL_NODES),
+        let words = (class_of(size) / 64 + 1)
+            .next_power_of_two()
+            .clamp(64, L0_WORDS);
+        let mut index = FreeIndex {
+            streams: Vec::with_capacity(4),
+            nodes: vec![DEAD_NODE; INITIAL_NODES],
             len: 0,
-            words: (class_of(size) / 64 + 1)
-                .next_power_of_two()
-                .clamp(64, L0_WORDS),
-        }
+            words,
+            spare: None,
+        };
+        index.spare = Some(index.new_stream());
+        index
+    }
+
+    /// An empty stream list, its bitmap and page table sized for the pool.
+    fn new_stream(&self) -> StreamFree {
+        let mut f = StreamFree::default();
+        f.bitmap.l0 = vec![0; self.words];
+        f.heads = vec![None; self.words * 64 / PAGE];
+        f
     }
 
     #[inline(always)]
@@ -300,8 +316,7 @@ impl FreeIndex {
             Some(i) => i,
             None => {
                 let at = self.streams.partition_point(|(id, _)| *id < s);
-                let mut f = StreamFree::default();
-                f.bitmap.l0 = vec![0; self.words];
+                let f = self.spare.take().unwrap_or_else(|| self.new_stream());
                 self.streams.insert(at, (s, f));
                 at
             }
