@@ -3,14 +3,14 @@
 //!
 //! Per stream, the blocks are spread over size classes: one class per 512-byte size below
 //! [`EXACT_LIMIT`] (64 MiB), then one class per 2 MiB of size above it (the last class takes
-//! everything beyond 256 GiB). A three-level bitmap finds the next non-empty class at or above
-//! a size in a few `trailing_zeros`. Each class is a doubly linked list of its blocks sorted by
-//! `(size, address)` (in an exact class, by address), usually zero to a handful long, threaded
-//! through a node table indexed by [`BlockId`]: removing a known block is O(1) and nothing is
-//! allocated per block. Class heads live in lazily allocated pages of 64 classes; the bitmap's
-//! lowest level starts sized for the pool and grows with the largest class used. Iteration
-//! order is the same total order as PyTorch's set, so every decision (best fit, ties to the
-//! lowest address, release order) is unchanged.
+//! every size from about 256 GiB up). A three-level bitmap finds the next non-empty class at
+//! or above a size in a few `trailing_zeros`. Each class is a doubly linked list of its blocks
+//! sorted by `(size, address)` (in an exact class all sizes are equal, so by address), usually
+//! zero to a handful long, threaded through a node table indexed by [`BlockId`]: removing a
+//! known block is O(1) and nothing is allocated per block. Class heads live in lazily
+//! allocated pages of 64 classes; the bitmap's lowest level starts sized for the pool and grows
+//! with the largest class used. Iteration order is the same total order as PyTorch's set, so
+//! every decision (best fit, ties to the lowest address, release order) is unchanged.
 
 use smallvec::SmallVec;
 
@@ -44,7 +44,8 @@ fn class_of(size: usize) -> usize {
 }
 
 /// A three-level bitmap over the size classes: bit set = class non-empty. The lowest level
-/// covers only the classes up to the highest one set so far (the small pool needs 64 words).
+/// covers only the classes up to the highest one set so far (the small pool's start with 128
+/// words, enough for a free 2 MiB segment).
 #[derive(Clone, Debug)]
 struct Bitmap {
     l0: Vec<u64>,
@@ -386,11 +387,16 @@ impl FreeIndex {
         debug_assert!(self.contains(k), "removing a key that is not in the index");
         let id = k.id.0 as usize;
         let node = self.nodes[id];
+        assert!(
+            node.next != DEAD,
+            "removing a block that is not in the index"
+        );
         if node.prev == NIL {
-            let c = class_of(k.size);
+            // The node's own key names the class and stream whose head it is.
+            let c = class_of(node.size);
             let f = match self.streams.as_mut_slice() {
                 [(_, f)] => f,
-                many => match many.iter_mut().find(|(s, _)| *s == k.stream) {
+                many => match many.iter_mut().find(|(s, _)| *s == node.stream) {
                     Some((_, f)) => f,
                     None => unreachable!("a present key's stream has a list"),
                 },
@@ -424,8 +430,9 @@ impl FreeIndex {
         let c0 = class_of(size);
         let mut c = f.bitmap.next_at_or_above(c0)?;
         let mut id = f.head(c);
-        if c == c0 && c0 >= EXACT_CLASSES {
-            // A coarse class holds several sizes: skip its blocks below `size`.
+        if c == c0 {
+            // The class of `size` may hold smaller blocks: a coarse class holds several sizes,
+            // and an exact class is below a `size` that is not a multiple of 512.
             while id != NIL && self.nodes[id as usize].size < size {
                 id = self.nodes[id as usize].next;
             }
@@ -678,6 +685,26 @@ mod tests {
         b.clear(64);
         assert_eq!(b.next_at_or_above(2), Some(4095));
         assert_eq!(b.prev_below(4095), Some(1));
+    }
+
+    /// A search for a size that is not a multiple of 512 (an unvalidated `max_split_size`)
+    /// skips the smaller blocks of its own exact class, as the ordered set does.
+    #[test]
+    fn lower_bound_of_an_unaligned_size_skips_smaller_blocks_of_its_class() {
+        let mut idx = FreeIndex::default();
+        assert!(idx.insert(key(0, 1536, 0x1000, 1)));
+        assert!(idx.insert(key(0, 2048, 0x2000, 2)));
+        assert_eq!(
+            idx.lower_bound(StreamId(0), 1857),
+            Some(key(0, 2048, 0x2000, 2))
+        );
+        assert_eq!(
+            idx.lower_bound(StreamId(0), 1536),
+            Some(key(0, 1536, 0x1000, 1))
+        );
+        assert_eq!(idx.lower_bound(StreamId(0), 2049), None);
+        assert_eq!(idx.range_from(StreamId(0), 1857).count(), 1);
+        assert_eq!(idx.range_below_rev(StreamId(0), 1857).count(), 1);
     }
 
     /// The index behaves exactly like a BTreeSet of (stream, size, ptr) keys, with each block id
