@@ -7,11 +7,17 @@
 //! or above a size in a few `trailing_zeros`. Each class is a doubly linked list of its blocks
 //! sorted by `(size, address)` (in an exact class all sizes are equal, so by address), usually
 //! zero to a handful long, threaded through a node table indexed by [`BlockId`]: removing a
-//! known block is O(1) and nothing is allocated per block. Class heads live in lazily
+//! known block is O(1) and nothing is allocated per block. A class that grows past
+//! [`LONG_CLASS`] blocks (many free blocks of one size that cannot merge: a fragmented small
+//! pool) moves to a B-tree, so inserting into it stays O(log n); it returns to a list when it
+//! shrinks to [`SHORT_CLASS`]. Class heads live in lazily
 //! allocated pages of 64 classes; the bitmap's lowest level starts sized for the pool and grows
 //! with the largest class used. Iteration order is the same total order as PyTorch's set, so
 //! every decision (best fit, ties to the lowest address, release order) is unchanged.
 
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use crate::block::{BlockId, SizeKey};
@@ -32,6 +38,18 @@ const INITIAL_NODES: usize = 1024;
 
 /// No block: the end of a class list, or an empty class.
 const NIL: u32 = u32::MAX;
+
+/// `prev` and `next` of a node whose class is kept in a B-tree.
+const TREE: u32 = u32::MAX - 2;
+
+/// A class list longer than this moves to a B-tree.
+pub(crate) const LONG_CLASS: usize = 32;
+
+/// A B-tree class this short returns to a list.
+pub(crate) const SHORT_CLASS: usize = 8;
+
+/// A long class: its blocks by `(size, address, id)`.
+type ClassTree = BTreeSet<(usize, DevicePtr, u32)>;
 
 /// The class of a free block of `size` bytes.
 #[inline(always)]
@@ -188,6 +206,8 @@ struct StreamFree {
     /// Class -> its first block, in pages of [`PAGE`] classes allocated on first use (a direct
     /// index without hashing; memory grows with the size ranges in use).
     heads: Vec<Option<HeadPage>>,
+    /// The classes longer than [`LONG_CLASS`] blocks (their head is still in `heads`).
+    trees: FxHashMap<u32, ClassTree>,
 }
 
 impl StreamFree {
@@ -339,7 +359,8 @@ impl FreeIndex {
                 let c = class_of(k.size);
                 if *s == k.stream {
                     if let Some(Some(page)) = f.heads.get_mut(c / PAGE) {
-                        link(&mut self.nodes, &mut page[c % PAGE], &mut f.bitmap, c, &k);
+                        let head = &mut page[c % PAGE];
+                        link(&mut self.nodes, head, &mut f.bitmap, &mut f.trees, c, &k);
                         self.len += 1;
                         return true;
                     }
@@ -366,7 +387,8 @@ impl FreeIndex {
         let Some(Some(page)) = f.heads.get_mut(c / PAGE) else {
             unreachable!("head_mut allocated the page");
         };
-        link(&mut self.nodes, &mut page[c % PAGE], &mut f.bitmap, c, &k);
+        let head = &mut page[c % PAGE];
+        link(&mut self.nodes, head, &mut f.bitmap, &mut f.trees, c, &k);
         self.len += 1;
         true
     }
@@ -391,6 +413,10 @@ impl FreeIndex {
             node.next != DEAD,
             "removing a block that is not in the index"
         );
+        if node.prev == TREE {
+            self.remove_from_tree(k.id.0, node);
+            return;
+        }
         if node.prev == NIL {
             // The node's own key names the class and stream whose head it is.
             let c = class_of(node.size);
@@ -415,6 +441,48 @@ impl FreeIndex {
         self.len -= 1;
     }
 
+    /// [`Self::remove_present`] for a block of a long class.
+    #[cold]
+    #[inline(never)]
+    fn remove_from_tree(&mut self, id: u32, node: Node) {
+        let c = class_of(node.size);
+        let Some((_, f)) = self.streams.iter_mut().find(|(s, _)| *s == node.stream) else {
+            unreachable!("a present key's stream has a list");
+        };
+        let Some(tree) = f.trees.get_mut(&(c as u32)) else {
+            unreachable!("a tree node's class has a tree");
+        };
+        tree.remove(&(node.size, node.ptr, id));
+        self.nodes[id as usize].next = DEAD;
+        self.len -= 1;
+        if tree.len() > SHORT_CLASS {
+            if let Some(&(_, _, first)) = tree.first() {
+                *f.head_mut(c) = first;
+            }
+            return;
+        }
+        // Short again: back to a list (possibly empty).
+        let Some(tree) = f.trees.remove(&(c as u32)) else {
+            unreachable!("the tree was just used");
+        };
+        let mut prev = NIL;
+        for &(_, _, at) in &tree {
+            let n = &mut self.nodes[at as usize];
+            n.prev = prev;
+            n.next = NIL;
+            if prev == NIL {
+                *f.head_mut(c) = at;
+            } else {
+                self.nodes[prev as usize].next = at;
+            }
+            prev = at;
+        }
+        if prev == NIL {
+            *f.head_mut(c) = NIL;
+            f.bitmap.clear(c);
+        }
+    }
+
     /// Whether the key is present.
     #[inline]
     pub(crate) fn contains(&self, k: &SizeKey) -> bool {
@@ -433,8 +501,15 @@ impl FreeIndex {
         if c == c0 {
             // The class of `size` may hold smaller blocks: a coarse class holds several sizes,
             // and an exact class is below a `size` that is not a multiple of 512.
-            while id != NIL && self.nodes[id as usize].size < size {
-                id = self.nodes[id as usize].next;
+            if self.nodes[id as usize].prev == TREE {
+                id = f.trees[&(c as u32)]
+                    .range((size, 0, 0)..)
+                    .next()
+                    .map_or(NIL, |&(_, _, at)| at);
+            } else {
+                while id != NIL && self.nodes[id as usize].size < size {
+                    id = self.nodes[id as usize].next;
+                }
             }
             if id == NIL {
                 c = f.bitmap.next_at_or_above(c + 1)?;
@@ -462,7 +537,9 @@ impl FreeIndex {
             f,
             nodes: &self.nodes,
             class: start,
-            at: start.zip(f).map_or(NIL, |(c, f)| f.head(c)),
+            pending: Vec::new(),
+            next: 0,
+            loaded: false,
         }
         .filter(move |n| n.size >= size)
         .map(move |n| SizeKey {
@@ -507,14 +584,24 @@ impl FreeIndex {
 }
 
 /// Links block `k` into class `c` (whose first block is `*head`) at its `(size, address)`
-/// position, and marks the class non-empty.
+/// position, and marks the class non-empty. A list that grows past [`LONG_CLASS`] moves to a
+/// B-tree.
 #[inline(always)]
-fn link(nodes: &mut [Node], head: &mut u32, bitmap: &mut Bitmap, c: usize, k: &SizeKey) {
+fn link(
+    nodes: &mut [Node],
+    head: &mut u32,
+    bitmap: &mut Bitmap,
+    trees: &mut FxHashMap<u32, ClassTree>,
+    c: usize,
+    k: &SizeKey,
+) {
     let order = (k.size, k.ptr);
     let (prev, next) = if *head == NIL {
         *head = k.id.0;
         bitmap.set(c);
         (NIL, NIL)
+    } else if nodes[*head as usize].prev == TREE {
+        return link_tree(nodes, head, trees, c, k);
     } else if nodes[*head as usize].order() > order {
         let next = *head;
         *head = k.id.0;
@@ -523,12 +610,18 @@ fn link(nodes: &mut [Node], head: &mut u32, bitmap: &mut Bitmap, c: usize, k: &S
     } else {
         // Walk to the last block before `k` (class lists are short).
         let mut at = *head;
+        let mut steps = 0;
         loop {
             let n = nodes[at as usize].next;
             if n == NIL || nodes[n as usize].order() > order {
                 break;
             }
             at = n;
+            steps += 1;
+            if steps == LONG_CLASS {
+                to_tree(nodes, *head, trees, c);
+                return link_tree(nodes, head, trees, c, k);
+            }
         }
         let next = nodes[at as usize].next;
         nodes[at as usize].next = k.id.0;
@@ -546,6 +639,48 @@ fn link(nodes: &mut [Node], head: &mut u32, bitmap: &mut Bitmap, c: usize, k: &S
     };
 }
 
+/// Moves the list of class `c` starting at `head` into a B-tree.
+#[cold]
+#[inline(never)]
+fn to_tree(nodes: &mut [Node], head: u32, trees: &mut FxHashMap<u32, ClassTree>, c: usize) {
+    let mut tree = ClassTree::new();
+    let mut at = head;
+    while at != NIL {
+        let n = &mut nodes[at as usize];
+        tree.insert((n.size, n.ptr, at));
+        at = n.next;
+        n.prev = TREE;
+        n.next = TREE;
+    }
+    trees.insert(c as u32, tree);
+}
+
+/// Links block `k` into the B-tree of class `c` (whose first block is `*head`).
+#[cold]
+#[inline(never)]
+fn link_tree(
+    nodes: &mut [Node],
+    head: &mut u32,
+    trees: &mut FxHashMap<u32, ClassTree>,
+    c: usize,
+    k: &SizeKey,
+) {
+    let Some(tree) = trees.get_mut(&(c as u32)) else {
+        unreachable!("a tree node's class has a tree");
+    };
+    tree.insert((k.size, k.ptr, k.id.0));
+    if (k.size, k.ptr) < nodes[*head as usize].order() {
+        *head = k.id.0;
+    }
+    nodes[k.id.0 as usize] = Node {
+        ptr: k.ptr,
+        size: k.size,
+        stream: k.stream,
+        prev: TREE,
+        next: TREE,
+    };
+}
+
 /// A block yielded by the class walks.
 #[derive(Clone, Copy, Debug)]
 struct Found {
@@ -559,8 +694,12 @@ struct ForwardClasses<'a> {
     f: Option<&'a StreamFree>,
     nodes: &'a [Node],
     class: Option<usize>,
-    /// The next block to yield in the current class, or [`NIL`].
-    at: u32,
+    /// The current class, in ascending order.
+    pending: Vec<Found>,
+    /// The next entry of `pending` to yield.
+    next: usize,
+    /// Whether `pending` holds the current class.
+    loaded: bool,
 }
 
 impl Iterator for ForwardClasses<'_> {
@@ -570,19 +709,42 @@ impl Iterator for ForwardClasses<'_> {
         let f = self.f?;
         loop {
             let c = self.class?;
-            if self.at != NIL {
-                let id = self.at;
-                let node = &self.nodes[id as usize];
-                self.at = node.next;
-                return Some(Found {
-                    ptr: node.ptr,
-                    size: node.size,
-                    id: BlockId(id),
-                });
+            if !self.loaded {
+                self.pending.clear();
+                load_class(f, self.nodes, c, &mut self.pending);
+                self.next = 0;
+                self.loaded = true;
+            }
+            if let Some(&found) = self.pending.get(self.next) {
+                self.next += 1;
+                return Some(found);
             }
             self.class = f.bitmap.next_at_or_above(c + 1);
-            self.at = self.class.map_or(NIL, |c| f.head(c));
+            self.loaded = false;
         }
+    }
+}
+
+/// Appends the blocks of class `c` to `out` in ascending `(size, address)` order.
+fn load_class(f: &StreamFree, nodes: &[Node], c: usize, out: &mut impl Extend<Found>) {
+    let head = f.head(c);
+    if head != NIL && nodes[head as usize].prev == TREE {
+        out.extend(f.trees[&(c as u32)].iter().map(|&(size, ptr, id)| Found {
+            ptr,
+            size,
+            id: BlockId(id),
+        }));
+        return;
+    }
+    let mut at = head;
+    while at != NIL {
+        let node = &nodes[at as usize];
+        out.extend([Found {
+            ptr: node.ptr,
+            size: node.size,
+            id: BlockId(at),
+        }]);
+        at = node.next;
     }
 }
 
@@ -605,16 +767,7 @@ impl Iterator for BackwardClasses<'_> {
         loop {
             let c = self.class?;
             if !self.loaded {
-                let mut at = f.head(c);
-                while at != NIL {
-                    let node = &self.nodes[at as usize];
-                    self.pending.push(Found {
-                        ptr: node.ptr,
-                        size: node.size,
-                        id: BlockId(at),
-                    });
-                    at = node.next;
-                }
+                load_class(f, self.nodes, c, &mut self.pending);
                 self.loaded = true;
             }
             if let Some(found) = self.pending.pop() {
@@ -705,6 +858,69 @@ mod tests {
         assert_eq!(idx.lower_bound(StreamId(0), 2049), None);
         assert_eq!(idx.range_from(StreamId(0), 1857).count(), 1);
         assert_eq!(idx.range_below_rev(StreamId(0), 1857).count(), 1);
+    }
+
+    /// Long classes (hundreds of free blocks of one size, and of one coarse class) move to a
+    /// B-tree and back while the index keeps the ordered set's answers.
+    #[test]
+    fn long_classes_match_a_btree_set() {
+        let mut idx = FreeIndex::default();
+        let mut model: BTreeSet<SizeKey> = BTreeSet::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        // Ids 0..400: block i has one address; half are 512-byte blocks (one exact class), half
+        // lie in the coarse class above 100 MiB with sizes 512 bytes apart.
+        let key_of = |i: u32| {
+            let size = if i % 2 == 0 {
+                512
+            } else {
+                (100 << 20) + (i as usize % 7) * 512
+            };
+            key(0, size, 0x10_0000 + u64::from(i) * 4096, i)
+        };
+        let mut trees_seen = 0;
+        for round in 0..20_000 {
+            let i = (rnd() % 400) as u32;
+            let k = key_of(i);
+            if model.contains(&k) {
+                idx.remove_present(&k);
+                model.remove(&k);
+            } else {
+                assert!(idx.insert(k));
+                model.insert(k);
+            }
+            assert_eq!(idx.len(), model.len());
+            trees_seen = trees_seen.max(idx.streams[0].1.trees.len());
+            if round % 97 == 0 {
+                assert_eq!(
+                    idx.iter().collect::<Vec<_>>(),
+                    model.iter().copied().collect::<Vec<_>>()
+                );
+            }
+            for probe in [512, 513, 100 << 20, (100 << 20) + 1000, (100 << 20) + 3072] {
+                let want = model
+                    .range(SizeKey::lower(StreamId(0), probe)..)
+                    .next()
+                    .copied();
+                assert_eq!(idx.lower_bound(StreamId(0), probe), want, "probe {probe}");
+            }
+        }
+        let probe = (100 << 20) + 1000;
+        let want: Vec<_> = model
+            .range(..SizeKey::lower(StreamId(0), probe))
+            .rev()
+            .copied()
+            .collect();
+        assert_eq!(
+            idx.range_below_rev(StreamId(0), probe).collect::<Vec<_>>(),
+            want
+        );
+        assert_eq!(trees_seen, 2, "both long classes moved to a B-tree");
     }
 
     /// The index behaves exactly like a BTreeSet of (stream, size, ptr) keys, with each block id
