@@ -30,36 +30,38 @@
 //! - at least 5x faster per pair than the cubecl-runtime peer on every shared trace.
 //!
 //! # Measured
-//! On the development machine (2 x86-64 cores in a shared VM; run-to-run spread about 10%),
-//! after the hot-path work of 2026-11-29 (intrusive class lists, an open-addressing pointer
-//! map, pool-only stat updates; see `src/free_index.rs`, `src/ptr_map.rs`, `src/stats.rs`):
+//! On the development machine (2 x86-64 cores in a shared VM; run-to-run spread 10 to 20%),
+//! after the hot-path work of 2026-11-29 (intrusive class lists with a B-tree for long classes,
+//! an open-addressing pointer map, pool-only stat updates; see `src/free_index.rs`,
+//! `src/ptr_map.rs`, `src/stats.rs`):
 //! `cargo bench -p c10-cuda --bench alloc --features bench-peer-cubecl -- --warm-up-time 1
-//! --measurement-time 3`, ns per alloc/free pair (the printed table; two runs, the second
-//! shown, the first in brackets where it differs by more than 5%):
+//! --measurement-time 3`, ns per alloc/free pair (the printed table; two runs back to back,
+//! the second shown, the first in brackets):
 //!
 //! | benchmark | ours | peer | peer/ours | ours Mev/s | peak reserved ours / peer / live (MiB) |
 //! |---|---|---|---|---|---|
-//! | warm_pair/512B | 72.8 (65.6) | 119.3 | 1.6x | | |
-//! | warm_pair/1MiB | 75.9 (68.4) | 118.7 | 1.6x | | |
-//! | warm_pair/20MiB | 39.6 | 25.4 | 0.6x | | |
-//! | lm_small_forward_from_empty (62 events) | 90.0 | 139.1 | 1.5x | 22.2 | 3606 / 5540 / 3099 |
-//! | lm_small_forward_bf16 (1,362) | 71.4 | 122.9 | 1.7x | 28.0 | 42 / 420 / 31.5 |
-//! | gpt2small_trainstep_steady (3,440) | 63.3 | 323.5 | 5.1x | 31.6 | 12336 / 13540 / 12281 |
-//! | lm2.7b_ctx128_forward_fp32 (3,213) | 86.5 | 1223.0 | 14.1x | 23.1 | 5630 / 5640 / 5459 |
-//! | lm2.7b_ctx512_forward_bf16 (4,116) | 97.2 | 1212.9 | 12.5x | 20.6 | 25476 / 27100 / 24981 |
-//! | lm2.7b_ctx128_trainstep_fp32 (12,665) | 93.7 | 1098.0 | 11.7x | 21.3 | 45154 / 47620 / 39267 |
+//! | warm_pair/512B | 65.6 (71.1) | 160.4 (148.1) | 2.4x (2.1x) | | |
+//! | warm_pair/1MiB | 71.9 (71.4) | 177.0 (151.7) | 2.5x (2.1x) | | |
+//! | warm_pair/20MiB | 40.9 (40.2) | 28.5 (27.8) | 0.7x (0.7x) | | |
+//! | lm_small_forward_from_empty (62 events) | 97.8 (101.3) | 140.6 (154.5) | 1.4x (1.5x) | 20.4 | 3606 / 5540 / 3099 |
+//! | lm_small_forward_bf16 (1,362) | 68.2 (75.6) | 137.1 (161.3) | 2.0x (2.1x) | 29.3 | 42 / 420 / 31.5 |
+//! | gpt2small_trainstep_steady (3,440) | 68.4 (65.6) | 366.2 (376.5) | 5.4x (5.7x) | 29.2 | 12336 / 13540 / 12281 |
+//! | lm2.7b_ctx128_forward_fp32 (3,213) | 92.6 (84.0) | 1252.1 (1449.4) | 13.5x (17.3x) | 21.6 | 5630 / 5640 / 5459 |
+//! | lm2.7b_ctx512_forward_bf16 (4,116) | 104.6 (109.6) | 1285.1 (1480.6) | 12.3x (13.5x) | 19.1 | 25476 / 27100 / 24981 |
+//! | lm2.7b_ctx128_trainstep_fp32 (12,665) | 96.7 (113.0) | 1522.0 (1225.4) | 15.7x (10.8x) | 20.7 | 45154 / 47620 / 39267 |
 //!
 //! Before that work the same command gave 92 / 90 / 62 ns for the warm pairs and 228 / 97 /
 //! 114 / 113 / 121 / 127 ns per pair on the six traces (the harness then dropped each replay's
 //! allocator before building the next, which also charged page faults to the smallest trace).
 //!
-//! Verdict: replay of the largest trace at 21 M events/s meets its target; warm pairs at 40 to
-//! 76 ns are under 100 ns. ">= 5x the peer on every trace" holds on four traces (5.0 to 14x;
-//! gpt2small sits at the line, 5.0x and 5.1x in the two runs) and not on the two small ones
-//! (1.5x and 1.7x), where the peer's few pages make it fast: 5x there would need about 20 ns
-//! (some 300 instructions) per pair, while PyTorch's rules cost about 850 to 1,000
-//! instructions per pair in our implementation (callgrind): a best-fit search, a split and a
-//! merge with their index updates, the pointer map, and ten stat updates.
+//! Verdict: replay of the largest trace at 18 to 21 M events/s meets its target; warm pairs
+//! at 40 to 72 ns are under 100 ns. ">= 5x the peer on every trace" holds on four traces
+//! (5.4x to 17x) and not on the two small ones (1.4x and 2.0x), where the peer's few pages make
+//! it fast: 5x there would need about 20 to 30 ns (some 300 instructions) per pair, while
+//! PyTorch's rules cost about 850 to 1,000 instructions per pair in our implementation
+//! (callgrind: a best-fit search, a split and a merge with their index updates, the pointer
+//! map, ten stat updates); on the 62-event trace every allocation also creates a segment on the
+//! simulated device.
 //!
 //! Run: `cargo bench -p c10-cuda --bench alloc` (ours only) or
 //! `cargo bench -p c10-cuda --bench alloc --features bench-peer-cubecl` (with the peer);
