@@ -784,6 +784,16 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
+    /// A deterministic xorshift64 generator.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     fn key(stream: u64, size: usize, ptr: u64, id: u32) -> SizeKey {
         SizeKey {
             stream: StreamId(stream),
@@ -866,13 +876,7 @@ mod tests {
     fn long_classes_match_a_btree_set() {
         let mut idx = FreeIndex::default();
         let mut model: BTreeSet<SizeKey> = BTreeSet::new();
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rnd = xorshift(0x9e37_79b9_7f4a_7c15u64);
         // Ids 0..400: block i has one address; half are 512-byte blocks (one exact class), half
         // lie in the coarse class above 100 MiB with sizes 512 bytes apart.
         let key_of = |i: u32| {
@@ -929,13 +933,7 @@ mod tests {
     fn matches_a_btree_set_on_random_operations() {
         let mut idx = FreeIndex::default();
         let mut model: BTreeSet<SizeKey> = BTreeSet::new();
-        let mut state = 0x1234_5678_9abc_def0u64;
-        let mut rnd = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rnd = xorshift(0x1234_5678_9abc_def0u64);
         let sizes = [
             512usize,
             1024,
