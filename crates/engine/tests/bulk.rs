@@ -19,6 +19,19 @@ fn logger(
     }
 }
 
+/// Pushes an op that appends `i` to `log` and writes `v`.
+fn push_logged(
+    engine: &Arc<dyn Engine>,
+    log: &Arc<Mutex<Vec<u32>>>,
+    i: u32,
+    v: &Var,
+    options: PushOptions,
+) {
+    engine
+        .push_sync(logger(log, i), &[], std::slice::from_ref(v), options)
+        .unwrap();
+}
+
 fn engines() -> Vec<(String, Arc<dyn Engine>)> {
     common::threaded(2)
 }
@@ -33,69 +46,33 @@ fn bulk_flushes_at_the_limit_on_wait_and_on_device_change() {
             let log = Arc::new(Mutex::new(Vec::new()));
             // Three pushes stay in the bulk: nothing pending in the engine yet.
             for i in 0..3 {
-                engine
-                    .push_sync(
-                        logger(&log, i),
-                        &[],
-                        std::slice::from_ref(&v),
-                        PushOptions::default(),
-                    )
-                    .unwrap();
+                push_logged(&engine, &log, i, &v, PushOptions::default());
             }
             assert_eq!(engine.num_pending(), 0, "{name}: bulk flushed early");
             // The fourth fills it: one merged op.
-            engine
-                .push_sync(
-                    logger(&log, 3),
-                    &[],
-                    std::slice::from_ref(&v),
-                    PushOptions::default(),
-                )
-                .unwrap();
+            push_logged(&engine, &log, 3, &v, PushOptions::default());
             engine.wait_for_var(&v).unwrap();
             assert_eq!(*log.lock().unwrap(), vec![0, 1, 2, 3], "{name}");
             assert_eq!(v.version(), 1, "{name}: one merged write");
             // wait_for_var flushes a partial bulk.
-            engine
-                .push_sync(
-                    logger(&log, 4),
-                    &[],
-                    std::slice::from_ref(&v),
-                    PushOptions::default(),
-                )
-                .unwrap();
+            push_logged(&engine, &log, 4, &v, PushOptions::default());
             engine.wait_for_var(&v).unwrap();
             assert_eq!(log.lock().unwrap().len(), 5, "{name}");
             // A change of device flushes.
-            engine
-                .push_sync(
-                    logger(&log, 5),
-                    &[],
-                    std::slice::from_ref(&v),
-                    PushOptions::default(),
-                )
-                .unwrap();
-            engine
-                .push_sync(
-                    logger(&log, 6),
-                    &[],
-                    std::slice::from_ref(&v),
-                    PushOptions::on(Context::sim(0)),
-                )
-                .unwrap();
+            push_logged(&engine, &log, 5, &v, PushOptions::default());
+            push_logged(&engine, &log, 6, &v, PushOptions::on(Context::sim(0)));
             assert!(
                 engine.num_pending() >= 1,
                 "{name}: device change did not flush"
             );
             // A non-bulked push (Async / prioritised / different property) flushes first.
-            engine
-                .push_sync(
-                    logger(&log, 7),
-                    &[],
-                    std::slice::from_ref(&v),
-                    PushOptions::default().prop(FnProperty::CPUPrioritized),
-                )
-                .unwrap();
+            push_logged(
+                &engine,
+                &log,
+                7,
+                &v,
+                PushOptions::default().prop(FnProperty::CPUPrioritized),
+            );
             engine.wait_for_all().unwrap();
             assert_eq!(*log.lock().unwrap(), (0..8).collect::<Vec<_>>(), "{name}");
             assert_eq!(engine.set_bulk_size(0), 4);
@@ -157,14 +134,7 @@ fn a_failure_inside_a_bulk_skips_the_rest_and_marks_its_outputs() {
             engine.set_bulk_size(8);
             let (a, b) = (engine.new_variable(), engine.new_variable());
             let log = Arc::new(Mutex::new(Vec::new()));
-            engine
-                .push_sync(
-                    logger(&log, 0),
-                    &[],
-                    std::slice::from_ref(&a),
-                    PushOptions::default(),
-                )
-                .unwrap();
+            push_logged(&engine, &log, 0, &a, PushOptions::default());
             engine
                 .push_sync(
                     |_| Err("bulk step failed".into()),
@@ -173,14 +143,7 @@ fn a_failure_inside_a_bulk_skips_the_rest_and_marks_its_outputs() {
                     PushOptions::default(),
                 )
                 .unwrap();
-            engine
-                .push_sync(
-                    logger(&log, 2),
-                    &[],
-                    std::slice::from_ref(&b),
-                    PushOptions::default(),
-                )
-                .unwrap();
+            push_logged(&engine, &log, 2, &b, PushOptions::default());
             let err = engine.wait_for_var(&b).unwrap_err();
             assert!(
                 err.to_string().contains("bulk step failed"),
@@ -204,14 +167,7 @@ fn bulk_is_per_engine_so_another_threads_wait_flushes_it() {
         engine.set_bulk_size(100);
         let v = engine.new_variable();
         let log = Arc::new(Mutex::new(Vec::new()));
-        engine
-            .push_sync(
-                logger(&log, 1),
-                &[],
-                std::slice::from_ref(&v),
-                PushOptions::default(),
-            )
-            .unwrap();
+        push_logged(&engine, &log, 1, &v, PushOptions::default());
         let (e, w) = (Arc::clone(&engine), v.clone());
         std::thread::spawn(move || e.wait_for_var(&w).unwrap())
             .join()
