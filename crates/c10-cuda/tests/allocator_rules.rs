@@ -411,3 +411,28 @@ fn normal_request_splits_large_block_only_without_max_split() {
         a.check_invariants().unwrap();
     }
 }
+
+/// Freeing or querying an address that is not an allocated block is an error that names it,
+/// including the pointer map's empty-slot marker `u64::MAX` and a block already freed; nothing
+/// changes.
+#[rstest]
+#[case::never_allocated(0x1234_0000)]
+#[case::empty_slot_marker(u64::MAX)]
+#[case::zero(0)]
+fn unknown_pointers_are_errors(#[case] ptr: DevicePtr) {
+    let (_, mut a) = allocator(64 * MIB, "");
+    let live = a.malloc(4096, StreamId::DEFAULT).unwrap();
+    let before = a.stats();
+    let err = a.free(ptr).unwrap_err();
+    assert!(
+        matches!(err, c10_cuda::Error::InvalidPointer { ptr: p, device: 0 } if p == ptr),
+        "{err}"
+    );
+    assert!(a.record_stream(ptr, StreamId(7)).is_err());
+    assert!(a.get_base_allocation(ptr).is_err());
+    assert_eq!(a.block_info(ptr), None);
+    assert_eq!(a.stats(), before);
+    a.free(live.ptr).unwrap();
+    assert!(a.free(live.ptr).is_err(), "a double free is refused");
+    assert!(a.check_invariants().is_ok());
+}
