@@ -25,6 +25,14 @@ pub enum Error {
         /// What is wrong with its value.
         message: String,
     },
+    /// `--device` names a device the snapshot has no trace for.
+    #[error("--device {device}: the snapshot has traces for {count} device(s)")]
+    NoSuchDevice {
+        /// The device asked for.
+        device: usize,
+        /// Devices with traces.
+        count: usize,
+    },
     /// The snapshot holds no history, and the request needs one.
     #[error("{what}: {file} holds state only (no memory history to replay)")]
     NeedsHistory {

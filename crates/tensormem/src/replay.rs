@@ -326,6 +326,11 @@ pub fn replay(
                     preceding_segment_events(events, i)
                 };
                 r.alloc_step(i, e, &pending)?;
+                if opts.keep_history {
+                    // Our segment entries of this step replay the recorded ones just before it
+                    // (parity), else they come from this request, as in PyTorch.
+                    r.note_step_origins(i, i - pending.len(), &events[i - pending.len()..i]);
+                }
             }
             TraceAction::FreeRequested => r.free_step(e, opts.from_empty)?,
             TraceAction::SegmentAlloc if !opts.from_empty => {
@@ -452,6 +457,28 @@ struct Runner {
 }
 
 impl Runner {
+    /// Marks the entries of an alloc step at `index`: the k-th segment entry comes from the
+    /// k-th of `recorded` (recorded segment events starting at `first`) when there is one.
+    fn note_step_origins(&mut self, index: usize, first: usize, recorded: &[RecordedEvent]) {
+        let start = self.origins.len();
+        let n = self.alloc.history_len();
+        let mut k = 0;
+        for entry in start..n {
+            let is_segment = self
+                .alloc
+                .history_since(entry)
+                .next()
+                .is_some_and(|t| is_segment_action(t.action));
+            let origin = if is_segment && k < recorded.len() {
+                k += 1;
+                first + k - 1
+            } else {
+                index
+            };
+            self.origins.push(origin);
+        }
+    }
+
     /// Marks the history entries made since the last call as coming from event `index`.
     fn note_origins(&mut self, index: usize) {
         let n = self.alloc.history_len();

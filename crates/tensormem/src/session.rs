@@ -121,17 +121,14 @@ pub fn alloc_conf(arg: Option<&str>, snap: &Snapshot) -> Result<AllocatorConfig,
 /// state-only snapshot.
 ///
 /// # Errors
-/// [`Error::Option`] when `--device` names a device the snapshot has no trace for.
+/// [`Error::NoSuchDevice`] when `--device` names a device the snapshot has no trace for.
 pub fn history_device(arg: Option<usize>, snap: &Snapshot) -> Result<Option<usize>, Error> {
     match arg {
         Some(d) if d < snap.traces.len() => Ok(Some(d)),
-        Some(d) => Err(Error::option(
-            "--device",
-            format!(
-                "{d}: the snapshot has traces for {} device(s)",
-                snap.traces.len()
-            ),
-        )),
+        Some(d) => Err(Error::NoSuchDevice {
+            device: d,
+            count: snap.traces.len(),
+        }),
         None => Ok(snap.main_device()),
     }
 }

@@ -65,10 +65,14 @@ pub fn top_user_frame(frames: &[Frame]) -> Option<&Frame> {
         .find(|f| is_python(f) && !is_torch_file(&f.filename))
         .or_else(|| frames.iter().find(|f| is_python(f)))
         .or_else(|| {
-            frames
-                .iter()
-                .find(|f| !matches!(&*f.filename, "" | "??") || f.line > 0)
+            frames.iter().find(|f| {
+                !is_noise(f)
+                    && !f.name.starts_with("c10::")
+                    && !f.filename.contains("Register")
+                    && (!matches!(&*f.filename, "" | "??") || f.line > 0)
+            })
         })
+        .or_else(|| frames.iter().find(|f| !is_noise(f)))
         .or_else(|| frames.first())
 }
 
