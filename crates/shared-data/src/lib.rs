@@ -44,7 +44,39 @@ pub fn dir(sub: &str) -> Option<PathBuf> {
         "skipping: shared data folder {} is missing (set TENSORMEM_SHARED to a shared/ folder)",
         dir.display()
     );
+    record_skip();
     None
+}
+
+/// The environment variable naming a file to which each skipped data test appends its name
+/// (set by `cargo xtask ci`, which then reports how many data tests were skipped).
+pub const SKIP_LOG_ENV: &str = "TENSORMEM_DATA_SKIP_LOG";
+
+/// Appends the test binary and the running test's name (its thread's name, as libtest and
+/// nextest set it) to the
+/// file named by [`SKIP_LOG_ENV`], if set. Best effort: a write failure loses one line only.
+fn record_skip() {
+    use std::io::Write as _;
+    let Some(path) = std::env::var_os(SKIP_LOG_ENV) else {
+        return;
+    };
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("<unnamed>")
+        .to_string();
+    // The test binary (`cli-0123abcd`), without cargo's hash.
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .map(|s| s.rsplit_once('-').map_or(s.clone(), |(b, _)| b.to_string()))
+        .unwrap_or_default();
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(f, "{binary} {name}");
+    }
 }
 
 /// The real PyTorch memory snapshots (`../shared/data/snapshots`); see [`dir`].

@@ -137,7 +137,8 @@ pub struct Outcome {
     pub recorded_ooms: usize,
     /// Peak reserved bytes in our replay.
     pub peak_reserved: u64,
-    /// The recorded event after which our reserved bytes first reached their peak.
+    /// The recorded event after which our reserved bytes were at their peak with the most
+    /// bytes allocated (the first such event).
     pub peak_event_index: usize,
     /// The recorded event after which the replay stopped (the last one processed).
     pub last_event_index: usize,
@@ -243,6 +244,7 @@ pub fn replay(
         live: HashMap::new(),
         live_bytes: 0,
         peak_index: 0,
+        allocated_at_peak: 0,
         origins: Vec::new(),
         parity: (!opts.from_empty).then(Parity::default),
         out_failed: 0,
@@ -439,8 +441,10 @@ struct Runner {
     /// index of its `alloc` event).
     live: HashMap<u64, (Option<u64>, u64, usize)>,
     live_bytes: u64,
-    /// The event index at which the reserved peak was first reached.
+    /// The event index of the reserved peak (the one with the most allocated bytes).
     peak_index: usize,
+    /// Allocated bytes at `peak_index`.
+    allocated_at_peak: u64,
     /// Our history entry -> recorded event index (with `keep_history`).
     origins: Vec<usize>,
     parity: Option<Parity>,
@@ -491,7 +495,12 @@ impl Runner {
         if reserved > self.peak_reserved {
             self.peak_reserved = reserved;
             self.peak_index = index;
+            self.allocated_at_peak = allocated;
             self.stats_at_peak = self.alloc.stats();
+        } else if reserved == self.peak_reserved && allocated > self.allocated_at_peak {
+            // The moment of the peak that holds the most: what top call sites look at.
+            self.peak_index = index;
+            self.allocated_at_peak = allocated;
         }
         self.peak_allocated = self.peak_allocated.max(allocated);
         self.lower_bound = self.lower_bound.max(self.live_bytes);

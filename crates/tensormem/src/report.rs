@@ -211,7 +211,7 @@ pub struct JsonReport {
     pub parity: Option<JsonParity>,
     /// Our peak reserved bytes.
     pub peak_reserved_bytes: u64,
-    /// The recorded event after which our reserved bytes first reached the peak.
+    /// The recorded event of the reserved peak (with the most bytes allocated).
     pub peak_event_index: usize,
     /// Our peak allocated bytes.
     pub peak_allocated_bytes: u64,
@@ -278,7 +278,7 @@ pub struct JsonSweepRow {
     pub alloc_conf: String,
     /// Peak reserved bytes.
     pub peak_reserved_bytes: u64,
-    /// The recorded event after which the peak was first reached.
+    /// The recorded event of the reserved peak (with the most bytes allocated).
     pub peak_event_index: usize,
     /// Peak allocated bytes.
     pub peak_allocated_bytes: u64,
