@@ -153,7 +153,13 @@ pub fn python() -> TaskResult {
     let bin = venv.join("bin");
     let mut pip = Command::new(bin.join("python"));
     pip.current_dir(root())
-        .args(["-m", "pip", "install", "--disable-pip-version-check", "--quiet"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--quiet",
+        ])
         .args(["./crates/tensormem-py", "pytest"]);
     run("python: pip install ./crates/tensormem-py pytest", pip)?;
     let mut pytest = Command::new(bin.join("python"));
@@ -498,7 +504,26 @@ fn test_executables(json_lines: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{json_number, test_executables};
+    use super::{data_test_report, json_number, test_executables};
+
+    #[test]
+    fn data_test_report_says_what_was_skipped() {
+        let dir = std::env::temp_dir().join(format!("xtask-skips-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("skips.txt");
+        let _ = std::fs::remove_file(&log);
+        assert_eq!(
+            data_test_report(&log),
+            "data tests: all ran (the real snapshots and DTR logs in ../shared/data were found)"
+        );
+        std::fs::write(&log, "cli a\ncli b\noom_user c\n").unwrap();
+        assert_eq!(
+            data_test_report(&log),
+            "data tests: 3 SKIPPED because ../shared/data is missing (cli 2, oom_user 1); set \
+             TENSORMEM_SHARED to a shared/ folder to run them"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn reads_numbers_from_bench_json_lines() {

@@ -46,7 +46,9 @@ struct Converter {
 impl Converter {
     fn convert(&mut self, obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
         if depth > MAX_DEPTH {
-            return Err(error("the snapshot nests too deeply to be a memory snapshot"));
+            return Err(error(
+                "the snapshot nests too deeply to be a memory snapshot",
+            ));
         }
         if obj.is_none() {
             return Ok(Value::None);
@@ -212,9 +214,7 @@ fn replay<'py>(
         ..Default::default()
     };
     let doc = py
-        .detach(|| {
-            tensormem::session::run(&s, &name, &req, &mut |_, _, _| {}).map(|r| r.json(&s))
-        })
+        .detach(|| tensormem::session::run(&s, &name, &req, &mut |_, _, _| {}).map(|r| r.json(&s)))
         .map_err(error)?;
     to_py(py, &doc)
 }
@@ -236,9 +236,7 @@ fn advise<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let (s, name) = load(snap)?;
     let device_memory = match size_arg(device_memory)? {
-        Some(text) => Some(
-            tensormem::session::device_memory(Some(&text)).map_err(error)? as u64,
-        ),
+        Some(text) => Some(tensormem::session::device_memory(Some(&text)).map_err(error)? as u64),
         None => None,
     };
     let opts = tensormem::advise::AdviseOptions {
@@ -304,9 +302,9 @@ fn dump<'py>(
     let bytes = py
         .detach(|| -> Result<Vec<u8>, tensormem::Error> {
             match tensormem::session::run(&s, &name, &req, &mut |_, _, _| {})? {
-                tensormem::session::ReplayReport::Replayed(r) => Ok(
-                    tensormem::dump::dump_pickle(&s, r.device, &r.main, &r.config),
-                ),
+                tensormem::session::ReplayReport::Replayed(r) => Ok(tensormem::dump::dump_pickle(
+                    &s, r.device, &r.main, &r.config,
+                )),
                 tensormem::session::ReplayReport::StateOnly(_) => {
                     Err(tensormem::Error::NeedsHistory {
                         what: "dump",
