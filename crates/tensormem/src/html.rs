@@ -65,7 +65,7 @@ const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-se
 color:#1d232a;max-width:1240px}h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;\
 border-bottom:1px solid #d0d7de;padding-bottom:4px}p.sum{margin:2px 0;color:#444}\
 table{border-collapse:collapse;font-size:13px;margin:8px 0}th,td{border:1px solid #d0d7de;\
-padding:3px 8px;text-align:right}th{background:#f3f5f7}td.l,th.l{text-align:left}\
+padding:3px 8px;text-align:right}th{background:#f3f5f7}td.l,th.l{text-align:left;overflow-wrap:anywhere;max-width:560px}\
 tr:nth-child(even) td{background:#fafbfc}.note{font-size:12px;color:#555}\
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 14px;vertical-align:middle}\
 code{background:#f3f5f7;padding:1px 4px}";
@@ -135,27 +135,26 @@ pub fn render(page: &Page) -> Result<String, String> {
 }
 
 fn table(h: &mut String, t: &Table) {
+    // Numbers align right, text left (judged by the first row, so a column aligns as one).
+    let left: Vec<bool> = (0..t.columns.len())
+        .map(|i| {
+            t.rows
+                .first()
+                .and_then(|r| r.get(i))
+                .is_none_or(|c| !c.starts_with(|ch: char| ch.is_ascii_digit()))
+        })
+        .collect();
+    let class = |i: usize| if left.get(i).copied().unwrap_or(true) { " class=\"l\"" } else { "" };
     let _ = writeln!(h, "<h2>{}</h2><table><tr>", escape(&t.title));
-    let last = t.columns.len().saturating_sub(1);
     for (i, c) in t.columns.iter().enumerate() {
-        let class = if i == 0 || i == last {
-            " class=\"l\""
-        } else {
-            ""
-        };
-        let _ = write!(h, "<th{class}>{}</th>", escape(c));
+        let _ = write!(h, "<th{}>{}</th>", class(i), escape(c));
     }
     let _ = writeln!(h, "</tr>");
     for r in &t.rows {
         let _ = write!(h, "<tr>");
         for (i, c) in r.iter().enumerate() {
-            let class = if i == 0 || i == last {
-                " class=\"l\""
-            } else {
-                ""
-            };
             let cell = escape(c).replace('\n', "<br>");
-            let _ = write!(h, "<td{class}>{cell}</td>");
+            let _ = write!(h, "<td{}>{cell}</td>", class(i));
         }
         let _ = writeln!(h, "</tr>");
     }
