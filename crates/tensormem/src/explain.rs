@@ -387,8 +387,8 @@ impl Explanation {
         let _ = writeln!(s, "\nLargest free block per pool and stream");
         let _ = writeln!(
             s,
-            "  {:<5} {:>6} {:>8} {:>13} {:>13} {:>18}  {}",
-            "pool", "stream", "segments", "reserved", "free", "largest free block", "request"
+            "  {:<5} {:>6} {:>8} {:>13} {:>13} {:>18}  request",
+            "pool", "stream", "segments", "reserved", "free", "largest free block"
         );
         for p in &self.pools {
             let _ = writeln!(

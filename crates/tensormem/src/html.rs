@@ -144,7 +144,13 @@ fn table(h: &mut String, t: &Table) {
                 .is_none_or(|c| !c.starts_with(|ch: char| ch.is_ascii_digit()))
         })
         .collect();
-    let class = |i: usize| if left.get(i).copied().unwrap_or(true) { " class=\"l\"" } else { "" };
+    let class = |i: usize| {
+        if left.get(i).copied().unwrap_or(true) {
+            " class=\"l\""
+        } else {
+            ""
+        }
+    };
     let _ = writeln!(h, "<h2>{}</h2><table><tr>", escape(&t.title));
     for (i, c) in t.columns.iter().enumerate() {
         let _ = write!(h, "<th{}>{}</th>", class(i), escape(c));

@@ -92,7 +92,7 @@ pub enum ReplayReport {
     /// The snapshot had a history: it was replayed.
     Replayed(Box<Replayed>),
     /// The snapshot holds state only.
-    StateOnly(StateOnly),
+    StateOnly(Box<StateOnly>),
 }
 
 /// Parses `--device-memory` (the default when `None`).
@@ -175,12 +175,12 @@ pub fn run(
         let top = req
             .top
             .map(|n| top_sites::top_sites(&top_sites::live_in_dump(snap, dev), n, grouping));
-        return Ok(ReplayReport::StateOnly(StateOnly {
+        return Ok(ReplayReport::StateOnly(Box::new(StateOnly {
             file: file.to_string(),
             device: dev,
             stats,
             top,
-        }));
+        })));
     };
     let label = if req.from_empty {
         "replay (from empty)"
