@@ -40,13 +40,7 @@ fn snapshot_path(file: &str) -> Option<PathBuf> {
 
 fn parity_replay(snap: &Snapshot) -> Outcome {
     let device = snap.main_device().expect("a history-bearing snapshot");
-    let opts = ReplayOptions {
-        config: snap.config(),
-        capacity: 1 << 40,
-        from_empty: false,
-        series: false,
-        keep_history: false,
-    };
+    let opts = ReplayOptions::new(snap.config(), 1 << 40, false);
     replay(snap, device, &opts, &mut |_, _| {}).expect("the replay runs")
 }
 
@@ -116,13 +110,7 @@ fn state_only_snapshot_loads_and_summarizes(#[case] k: usize) {
         replay(
             &snap,
             0,
-            &ReplayOptions {
-                config: snap.config(),
-                capacity: 1 << 40,
-                from_empty: false,
-                series: false,
-                keep_history: false,
-            },
+            &ReplayOptions::new(snap.config(), 1 << 40, false),
             &mut |_, _| {}
         ),
         Err(ReplayError::NoHistory)

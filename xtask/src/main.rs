@@ -13,8 +13,10 @@ const USAGE: &str = "\
 usage: cargo xtask <task> [args]
 
 tasks:
-  ci          fmt --check, clippy -D warnings, tests (nextest if installed), doc tests,
-              docs with warnings denied: exactly what CI runs
+  ci          fmt --check, clippy -D warnings, tests (nextest if installed), the Python
+              module (venv + pip install + pytest), loom, doc tests, docs with warnings
+              denied: exactly what CI runs
+  python      only the Python module's step: venv, pip install ./crates/tensormem-py, pytest
   gpu-test    probe for a CUDA driver and device, then run the GPU-only tests;
               fails (non-zero) when no driver or no device is found
   valgrind    run the unsafe-heavy crates' tests under valgrind memcheck
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
     let rest = &args[1..];
     let result = match task.as_str() {
         "ci" => tasks::ci(),
+        "python" => tasks::python(),
         "gpu-test" => tasks::gpu_test(),
         "valgrind" => tasks::valgrind(),
         "bench" if rest.first().map(String::as_str) == Some("engine") => {

@@ -50,7 +50,16 @@ pub fn ci() -> TaskResult {
         c
     };
     tests.env("INSTA_UPDATE", "no");
+    // Each data test that skips (no ../shared/data) appends its name here; reported below.
+    let skip_log = target_dir().join("data-test-skips.txt");
+    let _ = std::fs::remove_file(&skip_log);
+    let _ = std::fs::create_dir_all(target_dir());
+    tests.env("TENSORMEM_DATA_SKIP_LOG", &skip_log);
     run("tests", tests)?;
+    let data_tests = data_test_report(&skip_log);
+    eprintln!("\n==> [data tests] {data_tests}");
+
+    python()?;
 
     loom()?;
 
@@ -65,10 +74,99 @@ pub fn ci() -> TaskResult {
     run("docs", doc)?;
 
     eprintln!(
-        "\nxtask ci: all steps passed in {:.0} s",
+        "\nxtask ci: all steps passed in {:.0} s; {data_tests}",
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `target/` (or `$CARGO_TARGET_DIR`).
+fn target_dir() -> std::path::PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => root().join("target"),
+    }
+}
+
+/// One line saying whether the tests that read `../shared/data` ran or were skipped, from the
+/// names the skipped ones logged.
+fn data_test_report(skip_log: &std::path::Path) -> String {
+    let skipped: Vec<String> = std::fs::read_to_string(skip_log)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    if skipped.is_empty() {
+        return "data tests: all ran (the real snapshots and DTR logs in ../shared/data were found)"
+            .to_string();
+    }
+    let mut by_binary: std::collections::BTreeMap<String, usize> = Default::default();
+    for line in &skipped {
+        let binary = line.split_whitespace().next().unwrap_or("?").to_string();
+        *by_binary.entry(binary).or_default() += 1;
+    }
+    let parts: Vec<String> = by_binary.iter().map(|(b, n)| format!("{b} {n}")).collect();
+    format!(
+        "data tests: {} SKIPPED because ../shared/data is missing ({}); set TENSORMEM_SHARED to a \
+         shared/ folder to run them",
+        skipped.len(),
+        parts.join(", ")
+    )
+}
+
+/// The Python module's step: a fresh venv in `target/py-venv`, `pip install
+/// ./crates/tensormem-py pytest` (PyPI; maturin builds the extension once, in release mode,
+/// into `target/`), then its pytest suite. Without `python3` (or its `venv` module) the step
+/// is skipped with a message, and fails under `CI=true`.
+pub fn python() -> TaskResult {
+    let step = "python";
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let has_venv = std::process::Command::new(&python)
+        .args(["-c", "import venv, ensurepip"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_venv {
+        let why = format!(
+            "`{python}` with its venv module is needed to build and test the Python module \
+             (Debian/Ubuntu: `apt-get install python3 python3-venv`; or set PYTHON)"
+        );
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            return Err(Failure {
+                step: step.into(),
+                reason: why,
+            });
+        }
+        eprintln!("\n==> [{step}] SKIPPED: {why}");
+        return Ok(());
+    }
+    eprintln!(
+        "\n==> [{step}] the tensormem Python module: a fresh venv, `pip install ./crates/tensormem-py` \
+         (maturin builds the extension in release mode), then pytest"
+    );
+    let venv = target_dir().join("py-venv");
+    let _ = std::fs::remove_dir_all(&venv);
+    let mut mk = Command::new(&python);
+    mk.current_dir(root()).arg("-m").arg("venv").arg(&venv);
+    run("python: venv", mk)?;
+    let bin = venv.join("bin");
+    let mut pip = Command::new(bin.join("python"));
+    pip.current_dir(root())
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--quiet",
+        ])
+        .args(["./crates/tensormem-py", "pytest"]);
+    run("python: pip install ./crates/tensormem-py pytest", pip)?;
+    let mut pytest = Command::new(bin.join("python"));
+    pytest
+        .current_dir(root())
+        .args(["-m", "pytest", "-ra", "crates/tensormem-py/tests"]);
+    run("python: pytest", pytest)
 }
 
 /// `cargo xtask gpu-test`: probe for a driver and a device, then run the GPU-only tests.
@@ -406,7 +504,26 @@ fn test_executables(json_lines: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{json_number, test_executables};
+    use super::{data_test_report, json_number, test_executables};
+
+    #[test]
+    fn data_test_report_says_what_was_skipped() {
+        let dir = std::env::temp_dir().join(format!("xtask-skips-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("skips.txt");
+        let _ = std::fs::remove_file(&log);
+        assert_eq!(
+            data_test_report(&log),
+            "data tests: all ran (the real snapshots and DTR logs in ../shared/data were found)"
+        );
+        std::fs::write(&log, "cli a\ncli b\noom_user c\n").unwrap();
+        assert_eq!(
+            data_test_report(&log),
+            "data tests: 3 SKIPPED because ../shared/data is missing (cli 2, oom_user 1); set \
+             TENSORMEM_SHARED to a shared/ folder to run them"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn reads_numbers_from_bench_json_lines() {

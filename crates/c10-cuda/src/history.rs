@@ -5,6 +5,7 @@
 //! [`TraceEntry`]; when `max_entries` are held the oldest is dropped.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::device::StreamId;
@@ -74,6 +75,22 @@ impl std::fmt::Display for TraceAction {
     }
 }
 
+/// One stack frame of an entry's context, as snapshots spell it (`{'name', 'filename',
+/// 'line'}`; PyTorch's `GatheredContext` frames after symbolization).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// The function (`name`).
+    pub name: Arc<str>,
+    /// The source file (`filename`; `"??"` or empty when unknown).
+    pub filename: Arc<str>,
+    /// The line (`line`; 0 when unknown).
+    pub line: u32,
+}
+
+/// A call stack, innermost frame first. Shared (`Arc`) because many entries carry the same
+/// stack, as PyTorch's snapshots share their frame objects.
+pub type Frames = Arc<[Frame]>;
+
 /// One history entry (PyTorch's `TraceEntry`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceEntry {
@@ -89,6 +106,11 @@ pub struct TraceEntry {
     /// When, in microseconds (since the Unix epoch with [`Clock::System`], or a step counter
     /// with [`Clock::Logical`]).
     pub time_us: u64,
+    /// Where the action came from (PyTorch's `context`, written as `frames`); `None` when no
+    /// stack was recorded. The allocator records none itself: callers attach stacks to the
+    /// entries of [`crate::snapshot::DeviceSnapshot::trace`] (e.g. a replay attaches the
+    /// recorded ones).
+    pub frames: Option<Frames>,
 }
 
 /// Where trace timestamps come from.
@@ -151,6 +173,7 @@ impl History {
             size,
             stream,
             time_us,
+            frames: None,
         });
     }
 

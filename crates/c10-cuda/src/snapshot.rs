@@ -6,7 +6,7 @@
 
 use crate::allocator::DeviceCachingAllocator;
 use crate::device::{DeviceMemory, DevicePtr, StreamId};
-use crate::history::{TraceAction, TraceEntry};
+use crate::history::{Frames, TraceAction, TraceEntry};
 
 /// The state of a block in a snapshot (the `state` key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -52,6 +52,10 @@ pub struct BlockInfo {
     pub requested_size: u64,
     /// Allocated, pending free, or inactive.
     pub state: BlockState,
+    /// The stack of the allocation that holds the block (PyTorch's `frames`,
+    /// `context_when_allocated`); `None` when none is known. [`DeviceCachingAllocator::snapshot`]
+    /// leaves it `None`: callers that know the stacks attach them.
+    pub frames: Option<Frames>,
 }
 
 /// One segment: a `cudaMalloc`ed range, or one contiguous mapped range of an expandable
@@ -148,6 +152,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                     size: b.size as u64,
                     requested_size: b.requested_size as u64,
                     state,
+                    frames: None,
                 });
                 cur = b.next.map(|n| self.blocks.get(n));
             }

@@ -1,10 +1,12 @@
 //! Writing snapshots in PyTorch's format (`torch.cuda.memory._dump_snapshot`): a pickle of
 //! plain builtins that PyTorch's memory visualizer (pytorch.org/memory_viz) opens.
 
+use std::collections::HashMap;
+
 use tensormem_pickle::Value;
 
 use crate::config::{AllocatorConfig, SettingValue};
-use crate::history::{TraceAction, TraceEntry};
+use crate::history::{Frame, Frames, TraceAction, TraceEntry};
 use crate::snapshot::DeviceSnapshot;
 
 fn int(v: u64) -> Value {
@@ -15,7 +17,49 @@ fn entry(key: &str, value: Value) -> (Value, Value) {
     (Value::str(key), value)
 }
 
-fn trace_entry(t: &TraceEntry) -> Value {
+/// Turns stacks into pickle lists, each distinct frame and each distinct stack once: the encoder
+/// writes a shared value once and references it after (as PyTorch's pickles share frames).
+#[derive(Default)]
+struct FrameCache {
+    frames: HashMap<Frame, Value>,
+    stacks: HashMap<*const Frame, Value>,
+    empty: Option<Value>,
+}
+
+impl FrameCache {
+    fn stack(&mut self, frames: Option<&Frames>) -> Value {
+        let Some(stack) = frames.filter(|f| !f.is_empty()) else {
+            return self
+                .empty
+                .get_or_insert_with(|| Value::list(Vec::new()))
+                .clone();
+        };
+        if let Some(v) = self.stacks.get(&stack.as_ptr()) {
+            return v.clone();
+        }
+        let list = stack
+            .iter()
+            .map(|f| {
+                self.frames
+                    .entry(f.clone())
+                    .or_insert_with(|| {
+                        Value::dict(vec![
+                            entry("name", Value::str(&f.name)),
+                            entry("filename", Value::str(&f.filename)),
+                            entry("line", Value::Int(i64::from(f.line))),
+                        ])
+                    })
+                    .clone()
+            })
+            .collect();
+        let v = Value::list(list);
+        // The key stays valid: `stacks` lives no longer than the snapshot that owns the Arcs.
+        self.stacks.insert(stack.as_ptr(), v.clone());
+        v
+    }
+}
+
+fn trace_entry(t: &TraceEntry, cache: &mut FrameCache) -> Value {
     let addr_key = if t.action == TraceAction::Oom {
         "device_free"
     } else {
@@ -27,7 +71,7 @@ fn trace_entry(t: &TraceEntry) -> Value {
         entry("size", int(t.size)),
         entry("stream", int(t.stream.0)),
         entry("time_us", int(t.time_us)),
-        entry("frames", Value::list(Vec::new())),
+        entry("frames", cache.stack(t.frames.as_ref())),
     ])
 }
 
@@ -47,8 +91,10 @@ fn setting(v: SettingValue) -> Value {
 
 /// The snapshot dictionary PyTorch's `_snapshot()` returns, for `devices` (one entry per device,
 /// in device order) and the allocator `config`: `segments`, `device_traces`,
-/// `allocator_settings`, `external_annotations`. Frames are empty lists (we record no stacks).
+/// `allocator_settings`, `external_annotations`. Trace entries and blocks carry their `frames`
+/// (an empty list when they have none); each distinct frame and stack is written once.
 pub fn snapshot_value(devices: &[DeviceSnapshot], config: &AllocatorConfig) -> Value {
+    let mut cache = FrameCache::default();
     let mut segments = Vec::new();
     for d in devices {
         for s in &d.segments {
@@ -61,7 +107,7 @@ pub fn snapshot_value(devices: &[DeviceSnapshot], config: &AllocatorConfig) -> V
                         entry("size", int(b.size)),
                         entry("requested_size", int(b.requested_size)),
                         entry("state", Value::str(b.state.as_str())),
-                        entry("frames", Value::list(Vec::new())),
+                        entry("frames", cache.stack(b.frames.as_ref())),
                     ])
                 })
                 .collect();
@@ -86,7 +132,7 @@ pub fn snapshot_value(devices: &[DeviceSnapshot], config: &AllocatorConfig) -> V
     }
     let traces = devices
         .iter()
-        .map(|d| Value::list(d.trace.iter().map(trace_entry).collect()))
+        .map(|d| Value::list(d.trace.iter().map(|t| trace_entry(t, &mut cache)).collect()))
         .collect();
     let settings = config
         .to_settings()

@@ -309,3 +309,120 @@ fn snapshot_states_and_segment_types() {
     );
     assert_eq!(TraceAction::parse("segment_unmap"), Some(SegmentUnmap));
 }
+
+#[test]
+fn attached_frames_are_exported_and_shared_once() {
+    use c10_cuda::history::{Frame, Frames};
+    use std::sync::Arc;
+    let (_dev, mut a) = allocator(1 << 30, "");
+    let x = a.malloc(1000, S0).unwrap().ptr;
+    a.free(x).unwrap();
+    let mut snap = a.snapshot();
+    assert!(snap.trace.iter().all(|e| e.frames.is_none()));
+    let stack: Frames = Arc::from(vec![
+        Frame {
+            name: "forward".into(),
+            filename: "model.py".into(),
+            line: 12,
+        },
+        Frame {
+            name: "<module>".into(),
+            filename: "train.py".into(),
+            line: 3,
+        },
+    ]);
+    for e in &mut snap.trace {
+        if matches!(e.action, Alloc | FreeRequested) {
+            e.frames = Some(stack.clone());
+        }
+    }
+    snap.segments[0].blocks[0].frames = Some(stack.clone());
+    let value = c10_cuda::snapshot_pickle::snapshot_value(
+        std::slice::from_ref(&snap),
+        &AllocatorConfig::default(),
+    );
+    let bytes = tensormem_pickle::encode(&value);
+    let back = tensormem_pickle::decode(&bytes).unwrap();
+    let trace = back.get("device_traces").unwrap().as_list().unwrap()[0]
+        .as_list()
+        .unwrap()
+        .to_vec();
+    let frames_of = |e: &tensormem_pickle::Value| {
+        e.get("frames")
+            .unwrap()
+            .as_list()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f.get("name").unwrap().as_str().unwrap().to_string(),
+                    f.get("filename").unwrap().as_str().unwrap().to_string(),
+                    f.get("line").unwrap().as_i64().unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = vec![
+        ("forward".to_string(), "model.py".to_string(), 12),
+        ("<module>".to_string(), "train.py".to_string(), 3),
+    ];
+    for e in &trace {
+        let action = e.get("action").unwrap().as_str().unwrap();
+        let expected = if matches!(action, "alloc" | "free_requested") {
+            want.clone()
+        } else {
+            Vec::new()
+        };
+        assert_eq!(frames_of(e), expected, "{action}");
+    }
+    let block = &back.get("segments").unwrap().as_list().unwrap()[0]
+        .get("blocks")
+        .unwrap()
+        .as_list()
+        .unwrap()[0];
+    assert_eq!(frames_of(block), want);
+    // A stack is written once and referenced after: two more entries with a 40-frame stack
+    // cost their own few keys, not the stack again.
+    let big: Frames = (0..40)
+        .map(|i| Frame {
+            name: format!("function_number_{i}").into(),
+            filename: format!("/a/long/path/to/module_{i}.py").into(),
+            line: i,
+        })
+        .collect();
+    let bare = snapshot_len_with_copies(&snap, None, 1);
+    let once = snapshot_len_with_copies(&snap, Some(&big), 1);
+    let thrice = snapshot_len_with_copies(&snap, Some(&big), 3);
+    assert!(
+        once - bare > 2000,
+        "the stack itself: {} bytes",
+        once - bare
+    );
+    assert!(thrice - once < 200, "{once} -> {thrice} bytes");
+}
+
+/// The pickle's length when the snapshot's trace holds its alloc entry `copies` times, each
+/// with `stack`.
+fn snapshot_len_with_copies(
+    snap: &c10_cuda::snapshot::DeviceSnapshot,
+    stack: Option<&c10_cuda::history::Frames>,
+    copies: usize,
+) -> usize {
+    let mut s = snap.clone();
+    for e in &mut s.trace {
+        e.frames = None;
+    }
+    for b in s.segments.iter_mut().flat_map(|s| &mut s.blocks) {
+        b.frames = None;
+    }
+    let mut alloc = s.trace.iter().find(|e| e.action == Alloc).unwrap().clone();
+    alloc.frames = stack.cloned();
+    for _ in 0..copies {
+        s.trace.push(alloc.clone());
+    }
+    tensormem_pickle::encode(&c10_cuda::snapshot_pickle::snapshot_value(
+        std::slice::from_ref(&s),
+        &AllocatorConfig::default(),
+    ))
+    .len()
+}

@@ -166,13 +166,7 @@ fn cpython_table(files: &[PathBuf]) {
 }
 
 fn options(snap: &Snapshot, from_empty: bool) -> ReplayOptions {
-    ReplayOptions {
-        config: snap.config(),
-        capacity: 1 << 40,
-        from_empty,
-        series: false,
-        keep_history: false,
-    }
+    ReplayOptions::new(snap.config(), 1 << 40, from_empty)
 }
 
 fn main() {

@@ -55,25 +55,18 @@ impl Recorder {
     fn alloc(&mut self, bytes: usize) -> (u64, u64) {
         let addr = self.next_addr;
         self.next_addr += (bytes as u64).div_ceil(512).max(1) * 512;
-        self.events.push(RecordedEvent {
-            action: TraceAction::Alloc,
+        self.events.push(RecordedEvent::new(
+            TraceAction::Alloc,
             addr,
-            size: bytes as u64,
-            stream: 0,
-            time_us: None,
-        });
+            bytes as u64,
+            0,
+        ));
         (addr, bytes as u64)
     }
 
     fn free(&mut self, t: (u64, u64)) {
         for action in [TraceAction::FreeRequested, TraceAction::FreeCompleted] {
-            self.events.push(RecordedEvent {
-                action,
-                addr: t.0,
-                size: t.1,
-                stream: 0,
-                time_us: None,
-            });
+            self.events.push(RecordedEvent::new(action, t.0, t.1, 0));
         }
     }
 }
@@ -183,6 +176,7 @@ pub fn workload(model: &DemoModel) -> Snapshot {
         segments: Vec::new(),
         traces: vec![r.events],
         settings: RecordedSettings::Absent,
+        external_annotations: None,
         format: FormatNotes {
             encoding: "built-in",
             ..FormatNotes::default()
@@ -224,13 +218,7 @@ pub fn run(out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
     let default = replay(
         &snap,
         0,
-        &ReplayOptions {
-            config: Default::default(),
-            capacity,
-            from_empty: true,
-            series: false,
-            keep_history: false,
-        },
+        &ReplayOptions::new(Default::default(), capacity, true),
         &mut |_, _| {},
     )?;
     write!(out, "{}", report::summaries(&default, 0))?;

@@ -1,20 +1,33 @@
 //! tensormem: replay real PyTorch memory snapshots through our caching allocator, and report
 //! what happened and what would happen under other settings.
 //!
-//! The library behind the `tensormem` command: [`load`] reads snapshots (pickle or JSON),
-//! [`start_state`] rebuilds the state before the recorded history, [`replay`] reruns the
-//! history through `c10_cuda` (parity with PyTorch's decisions, or from empty), [`sweep`]
-//! compares configurations, [`report`] formats text and JSON; [`train`] runs live Dynamic
-//! Tensor Rematerialization on a small model trained on the simulated device.
+//! The library behind the `tensormem` command and the `tensormem` Python module: [`load`] reads
+//! snapshots (pickle, JSON, or an already decoded value), [`start_state`] rebuilds the state
+//! before the recorded history, [`replay`] reruns the history through `c10_cuda` (parity with
+//! PyTorch's decisions, or from empty), [`sweep`] compares configurations, [`top_sites`] finds
+//! who holds the memory, [`advise`] searches the allocator settings, [`explain`] says why an
+//! allocation failed, [`report`], [`session`] and [`html`] format text, JSON and HTML, [`dump`]
+//! writes our replay in PyTorch's format; [`train`] runs live Dynamic Tensor Rematerialization
+//! on a small model trained on the simulated device.
 
+pub mod advise;
 pub mod demo;
+pub mod dump;
+pub mod error;
+pub mod explain;
+pub mod html;
 pub mod load;
 pub mod model;
+mod par;
 pub mod plot;
 pub mod replay;
 pub mod report;
+pub mod session;
 pub mod size;
 pub mod start_state;
 pub mod state;
 pub mod sweep;
+pub mod top_sites;
 pub mod train;
+
+pub use error::Error;

@@ -5,10 +5,12 @@
 //! `allocator_settings`, `external_annotations`), or a bare list of segments (very old files).
 //! Blocks may carry `frames` or the old `history`; trace entries may lack `time_us`.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use c10_cuda::config::{AllocatorConfig, ConfigError, SettingValue};
-use c10_cuda::history::TraceAction;
+use c10_cuda::history::{Frame, Frames, TraceAction};
 use c10_cuda::snapshot::BlockState;
 use tensormem_pickle::Value;
 use thiserror::Error;
@@ -111,7 +113,20 @@ pub fn load_bytes(bytes: &[u8], name: &str) -> Result<Snapshot, LoadError> {
             (v, "pickle")
         }
     };
-    from_value(&value, encoding)
+    load_value_as(&value, name, encoding)
+}
+
+/// Builds the model from an already decoded snapshot value (e.g. the dict
+/// `torch.cuda.memory._snapshot()` returns, converted); `name` is used in error messages.
+///
+/// # Errors
+/// [`LoadError::Shape`] or [`LoadError::Settings`], as [`load_path`].
+pub fn load_value(value: &Value, name: &str) -> Result<Snapshot, LoadError> {
+    load_value_as(value, name, "dict")
+}
+
+fn load_value_as(value: &Value, name: &str, encoding: &'static str) -> Result<Snapshot, LoadError> {
+    from_value(value, encoding)
         .map_err(|what| LoadError::Shape {
             path: name.to_string(),
             what,
@@ -176,9 +191,10 @@ fn from_value(v: &Value, encoding: &'static str) -> Shape<Result<Snapshot, Confi
             v.type_name()
         ));
     };
+    let mut frames = FrameCache::default();
     let mut segments = Vec::new();
     for (i, s) in list(segments_v, "'segments'")?.iter().enumerate() {
-        segments.push(segment(s, i, &mut notes)?);
+        segments.push(segment(s, i, &mut notes, &mut frames)?);
     }
     let mut traces = Vec::new();
     if let Some(tv) = traces_v.filter(|t| !t.is_none()) {
@@ -186,7 +202,7 @@ fn from_value(v: &Value, encoding: &'static str) -> Shape<Result<Snapshot, Confi
             let at = format!("device_traces[{d}]");
             let mut events = Vec::new();
             for (i, e) in list(dev, &at)?.iter().enumerate() {
-                events.push(event(e, &format!("{at}[{i}]"), &mut notes)?);
+                events.push(event(e, &format!("{at}[{i}]"), &mut notes, &mut frames)?);
             }
             traces.push(events);
         }
@@ -195,15 +211,93 @@ fn from_value(v: &Value, encoding: &'static str) -> Shape<Result<Snapshot, Confi
         None => Ok(RecordedSettings::Absent),
         Some(s) => settings(s).map(|r| r.map(RecordedSettings::Recorded))?,
     };
+    let external_annotations = v
+        .as_dict()
+        .and_then(|d| d.get("external_annotations"))
+        .filter(|a| !a.is_none())
+        .cloned();
     Ok(settings.map(|settings| Snapshot {
         segments,
         traces,
         settings,
+        external_annotations,
         format: notes,
     }))
 }
 
-fn segment(s: &Value, i: usize, notes: &mut FormatNotes) -> Shape<RecordedSegment> {
+/// Turns `frames` lists into shared [`Frames`]: each frame dict of the pickle (shared through
+/// its memo) is converted once, strings are interned, and equal stacks share one allocation.
+#[derive(Default)]
+struct FrameCache {
+    strings: HashMap<String, Arc<str>>,
+    by_dict: HashMap<*const (Value, Value), Frame>,
+    stacks: HashMap<Vec<Frame>, Frames>,
+}
+
+impl FrameCache {
+    fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.strings.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.strings.insert(s.to_string(), a.clone());
+        a
+    }
+
+    fn frame(&mut self, f: &Value) -> Option<Frame> {
+        let d = f.as_dict()?;
+        let key = d.entries().as_ptr();
+        if let Some(fr) = self.by_dict.get(&key) {
+            return Some(fr.clone());
+        }
+        let fr = Frame {
+            name: self.intern(d.get("name").and_then(Value::as_str).unwrap_or("??")),
+            filename: self.intern(d.get("filename").and_then(Value::as_str).unwrap_or("??")),
+            line: d
+                .get("line")
+                .and_then(Value::as_i64)
+                .and_then(|l| u32::try_from(l).ok())
+                .unwrap_or(0),
+        };
+        // Keyed by the dict's address: the decoded value outlives this cache.
+        self.by_dict.insert(key, fr.clone());
+        Some(fr)
+    }
+
+    /// The stack of a `frames` list; `None` when absent or empty.
+    fn stack(&mut self, v: Option<&Value>) -> Option<Frames> {
+        let items = v?.as_list()?;
+        if items.is_empty() {
+            return None;
+        }
+        let frames: Vec<Frame> = items.iter().filter_map(|f| self.frame(f)).collect();
+        if frames.is_empty() {
+            return None;
+        }
+        if let Some(s) = self.stacks.get(&frames) {
+            return Some(s.clone());
+        }
+        let shared: Frames = Arc::from(frames.clone());
+        self.stacks.insert(frames, shared.clone());
+        Some(shared)
+    }
+}
+
+/// A block's stack: `frames`, or in older files the newest entry of `history`.
+fn block_frames(b: &Value, cache: &mut FrameCache) -> Option<Frames> {
+    if let Some(f) = cache.stack(b.get("frames")) {
+        return Some(f);
+    }
+    let last = b.get("history")?.as_list()?.last()?;
+    cache.stack(last.get("frames"))
+}
+
+fn segment(
+    s: &Value,
+    i: usize,
+    notes: &mut FormatNotes,
+    cache: &mut FrameCache,
+) -> Shape<RecordedSegment> {
     let at = format!("segments[{i}]");
     if s.as_dict().is_none() {
         return Err(format!("{at} should be a dict, found {}", s.type_name()));
@@ -251,6 +345,7 @@ fn segment(s: &Value, i: usize, notes: &mut FormatNotes) -> Shape<RecordedSegmen
             size,
             requested_size: opt_int(b, "requested_size").unwrap_or(0),
             state,
+            frames: block_frames(b, cache),
         });
     }
     Ok(RecordedSegment {
@@ -267,7 +362,12 @@ fn segment(s: &Value, i: usize, notes: &mut FormatNotes) -> Shape<RecordedSegmen
     })
 }
 
-fn event(e: &Value, at: &str, notes: &mut FormatNotes) -> Shape<RecordedEvent> {
+fn event(
+    e: &Value,
+    at: &str,
+    notes: &mut FormatNotes,
+    cache: &mut FrameCache,
+) -> Shape<RecordedEvent> {
     let name = field(e, "action", at)?
         .as_str()
         .ok_or_else(|| format!("{at}['action'] should be a string"))?;
@@ -288,6 +388,15 @@ fn event(e: &Value, at: &str, notes: &mut FormatNotes) -> Shape<RecordedEvent> {
         size: opt_int(e, "size").unwrap_or(0),
         stream: opt_int(e, "stream").unwrap_or(0),
         time_us,
+        frames: cache.stack(e.get("frames")),
+        compile_context: e
+            .get("compile_context")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        user_metadata: e
+            .get("user_metadata")
+            .and_then(Value::as_str)
+            .map(str::to_string),
     })
 }
 

@@ -11,12 +11,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use c10_cuda::config::AllocatorConfig;
-use tensormem::replay::{ReplayOptions, replay};
-use tensormem::report::{self, JsonReport};
+use tensormem::session::{self, ReplayReport, ReplayRequest};
 use tensormem::size::parse_size;
 use tensormem::train::{self, BudgetChoice, Model, TrainOptions};
-use tensormem::{demo, load, plot, state, sweep};
+use tensormem::{advise, demo, dump, explain, html, load, plot};
 
 mod dtr;
 
@@ -40,6 +38,48 @@ enum Command {
     /// Train a small model live under Dynamic Tensor Rematerialization on the simulated
     /// device, without and with a hard budget, and compare losses, memory and compute.
     Train(TrainArgs),
+    /// Search the allocator settings (PYTORCH_CUDA_ALLOC_CONF) for the one that needs the
+    /// least device memory, and find the smallest device memory that runs it without OOM.
+    Advise(AdviseArgs),
+    /// Explain an out-of-memory error: the failed request, the free space per segment and
+    /// pool, who holds the memory, and the setting that would have avoided it.
+    Explain(ExplainArgs),
+}
+
+#[derive(clap::Args)]
+struct AdviseArgs {
+    /// The snapshot file (.pickle, or .json with the same structure); it needs a history.
+    file: PathBuf,
+    /// The device memory to fit, e.g. 40GiB (default: unconstrained).
+    #[arg(long, value_name = "SIZE")]
+    device_memory: Option<String>,
+    /// How many settings the text report lists (the JSON has all).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    show: usize,
+    /// Print the result as JSON (schema in the README).
+    #[arg(long)]
+    json: bool,
+    /// Also write a self-contained HTML report to this file.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Which device's history (default: the one with the longest history).
+    #[arg(long)]
+    device: Option<usize>,
+}
+
+#[derive(clap::Args)]
+struct ExplainArgs {
+    /// The snapshot file (.pickle, or .json): one with an `oom` trace entry, or taken at OOM.
+    file: PathBuf,
+    /// How many call sites to list.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    top: usize,
+    /// How many segments to list (the JSON has all).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    segments: usize,
+    /// Print the result as JSON (schema in the README).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -126,6 +166,16 @@ struct ReplayArgs {
     /// Which device's history to replay (default: the one with the longest history).
     #[arg(long)]
     device: Option<usize>,
+    /// List the N call sites (top user frame) holding the most bytes at the reserved peak,
+    /// at the end, and at each swept configuration's own peak.
+    #[arg(long, value_name = "N")]
+    top: Option<usize>,
+    /// With --top: group by the whole stack and print it.
+    #[arg(long, requires = "top")]
+    stack: bool,
+    /// Write a self-contained HTML report (timelines, table, call sites, segment map).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -162,6 +212,8 @@ fn main() -> ExitCode {
         Some(Command::Replay(args)) => run_replay(args).and_then(|out| emit(out.as_bytes())),
         Some(Command::Dtr(args)) => dtr::run(&args).and_then(|out| emit(out.as_bytes())),
         Some(Command::Train(args)) => run_train(&args).and_then(|out| emit(out.as_bytes())),
+        Some(Command::Advise(args)) => run_advise(&args).and_then(|out| emit(out.as_bytes())),
+        Some(Command::Explain(args)) => run_explain(&args).and_then(|out| emit(out.as_bytes())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -198,146 +250,55 @@ fn progress_bar(len: u64, label: String) -> Option<ProgressBar> {
 
 /// Replays as `args` asks and returns the report text.
 fn run_replay(args: ReplayArgs) -> Result<String, String> {
-    let mut out = String::new();
     let name = args.file.display().to_string();
     let snap = load::load_path(&args.file).map_err(|e| e.to_string())?;
-    let capacity = match &args.device_memory {
-        Some(s) => parse_size(s).map_err(|e| format!("--device-memory: {e}"))?,
-        None => 1usize << 40,
-    };
-    let config: AllocatorConfig = match &args.alloc_conf {
-        Some(s) => s.parse().map_err(|e| format!("--alloc-conf: {e}"))?,
-        None => snap.config(),
-    };
-    let device = match args.device {
-        Some(d) if d < snap.traces.len() => Some(d),
-        Some(d) => {
-            return Err(format!(
-                "--device {d}: the snapshot has traces for {} device(s)",
-                snap.traces.len()
-            ));
-        }
-        None => snap.main_device(),
-    };
-    let Some(device) = device else {
-        // State only: summarize what the dump holds; the options that need a history fail.
-        let wanted = [
-            (args.from_empty, "--from-empty"),
-            (args.sweep, "--sweep"),
-            (args.plot.is_some(), "--plot"),
-            (args.dump.is_some(), "--dump"),
-        ];
-        if let Some((_, flag)) = wanted.iter().find(|(on, _)| *on) {
-            return Err(format!(
-                "{flag}: {name} holds state only (no memory history to replay)"
-            ));
-        }
-        let dev = snap.segments.first().map_or(0, |s| s.device);
-        let stats = state::state_stats(&snap, dev).map_err(|e| e.to_string())?;
-        if args.json {
-            let doc = serde_json::json!({
-                "file": name,
-                "state_only": true,
-                "segments": snap.segments.len(),
-                "reserved_bytes": snap.reserved_bytes(),
-                "allocated_bytes": snap.allocated_bytes(),
-                "memory_stats": stats.memory_stats(),
-            });
-            let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-            let _ = writeln!(out, "{text}");
-        } else {
-            out.push_str(&report::describe_file(&name, &snap, None));
-            out.push_str(
-                "  state only: no history to replay; the dump's state as memory_summary() reports it:\n\n",
-            );
-            out.push_str(&c10_cuda::summary::memory_summary(dev, &stats, false));
-        }
-        return Ok(out);
-    };
-
-    let total = snap.traces[device].len() as u64;
-    let bar = progress_bar(
-        total,
-        if args.from_empty {
-            "replay (from empty)".into()
-        } else {
-            "replay (parity)".into()
-        },
-    );
-    let opts = ReplayOptions {
-        config: config.clone(),
-        capacity,
+    let req = ReplayRequest {
+        alloc_conf: args.alloc_conf.clone(),
+        device_memory: args.device_memory.clone(),
         from_empty: args.from_empty,
-        series: args.plot.is_some(),
+        sweep: args.sweep,
+        device: args.device,
+        top: args.top,
+        full_stack: args.stack,
+        series: args.plot.is_some() || args.html.is_some(),
         keep_history: args.dump.is_some(),
+        html: args.html.is_some(),
     };
-    let main = replay(&snap, device, &opts, &mut |d, _| {
-        if let Some(b) = &bar {
-            b.set_position(d as u64);
+    let mut bars: Vec<(String, ProgressBar)> = Vec::new();
+    let result = session::run(&snap, &name, &req, &mut |label, done, total| {
+        if let Some((_, b)) = bars.iter().find(|(l, _)| l == label) {
+            b.set_position(done as u64);
+        } else if let Some(b) = progress_bar(total as u64, label.to_string()) {
+            b.set_position(done as u64);
+            bars.push((label.to_string(), b));
         }
-    })
-    .map_err(|e| e.to_string())?;
-    if let Some(b) = bar {
+    });
+    for (_, b) in &bars {
         b.finish_and_clear();
     }
-    let sweep_rows = if args.sweep {
-        let configs = sweep::standard_configs();
-        let bar = progress_bar(total * configs.len() as u64, "sweep".into());
-        let rows = sweep::sweep(
-            &snap,
-            device,
-            &configs,
-            capacity,
-            args.plot.is_some(),
-            &mut |k, d, _| {
-                if let Some(b) = &bar {
-                    b.set_position(k as u64 * total + d as u64);
-                }
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        if let Some(b) = bar {
-            b.finish_and_clear();
+    let report = result.map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    if let ReplayReport::Replayed(r) = &report {
+        if let Some(path) = &args.plot {
+            plot::plot(path, &name, &plot::curves(&r.main, &r.sweep))
+                .map_err(|e| format!("--plot {}: {e}", path.display()))?;
         }
-        rows
-    } else {
-        Vec::new()
-    };
-    if let Some(path) = &args.plot {
-        let mut curves = vec![&main];
-        curves.extend(sweep_rows.iter());
-        plot::plot(path, &name, &curves).map_err(|e| format!("--plot {}: {e}", path.display()))?;
-    }
-    if let Some(path) = &args.dump {
-        let bytes = c10_cuda::snapshot_pickle::snapshot_pickle(
-            std::slice::from_ref(&main.snapshot),
-            &config,
-        );
-        std::fs::write(path, bytes).map_err(|e| format!("--dump {}: {e}", path.display()))?;
+        if let Some(path) = &args.dump {
+            let bytes = dump::dump_pickle(&snap, r.device, &r.main, &r.config);
+            std::fs::write(path, bytes).map_err(|e| format!("--dump {}: {e}", path.display()))?;
+        }
+        if let Some(path) = &args.html {
+            let page =
+                html::replay_page(&snap, r, args.top.unwrap_or(10)).map_err(|e| e.to_string())?;
+            std::fs::write(path, page).map_err(|e| format!("--html {}: {e}", path.display()))?;
+        }
     }
     if args.json {
-        let doc = JsonReport::new(&name, device, &main, &sweep_rows);
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+        let text = serde_json::to_string_pretty(&report.json(&snap)).map_err(|e| e.to_string())?;
         let _ = writeln!(out, "{text}");
         return Ok(out);
     }
-    out.push_str(&report::describe_file(&name, &snap, Some(device)));
-    if main.parity.is_some() {
-        out.push_str(&report::parity_text(&main));
-    } else if sweep_rows.is_empty() {
-        out.push_str(&report::sweep_table(std::slice::from_ref(&main), capacity));
-    }
-    if main.parity.is_none() && main.skipped_frees > 0 {
-        let _ = writeln!(
-            out,
-            "  {} frees of blocks allocated before the trace began were skipped",
-            main.skipped_frees
-        );
-    }
-    if !sweep_rows.is_empty() {
-        out.push_str(&report::sweep_table(&sweep_rows, capacity));
-    }
-    out.push_str(&report::summaries(&main, device as u8));
+    out.push_str(&report.text(&snap));
     if let Some(p) = &args.plot {
         let _ = writeln!(out, "\nplot written to {}", p.display());
     }
@@ -348,7 +309,61 @@ fn run_replay(args: ReplayArgs) -> Result<String, String> {
             p.display()
         );
     }
+    if let Some(p) = &args.html {
+        let _ = writeln!(out, "HTML report written to {}", p.display());
+    }
     Ok(out)
+}
+
+/// Runs `tensormem advise` and returns the report.
+fn run_advise(args: &AdviseArgs) -> Result<String, String> {
+    let name = args.file.display().to_string();
+    let snap = load::load_path(&args.file).map_err(|e| e.to_string())?;
+    let device_memory = match &args.device_memory {
+        Some(s) => Some(session::device_memory(Some(s)).map_err(|e| e.to_string())? as u64),
+        None => None,
+    };
+    if args.show == 0 {
+        return Err("--show: expected at least 1 setting".into());
+    }
+    let opts = advise::AdviseOptions {
+        device_memory,
+        show: args.show,
+        device: args.device,
+    };
+    let advice = advise::advise(&snap, &name, &opts).map_err(|e| e.to_string())?;
+    if let Some(path) = &args.html {
+        let page = html::advise_page(&snap, &advice, 10).map_err(|e| e.to_string())?;
+        std::fs::write(path, page).map_err(|e| format!("--html {}: {e}", path.display()))?;
+    }
+    let mut out = if args.json {
+        let mut s = serde_json::to_string_pretty(&advice).map_err(|e| e.to_string())?;
+        s.push('\n');
+        s
+    } else {
+        advice.text()
+    };
+    if let (Some(p), false) = (&args.html, args.json) {
+        let _ = writeln!(out, "HTML report written to {}", p.display());
+    }
+    Ok(out)
+}
+
+/// Runs `tensormem explain` and returns the report.
+fn run_explain(args: &ExplainArgs) -> Result<String, String> {
+    let name = args.file.display().to_string();
+    let snap = load::load_path(&args.file).map_err(|e| e.to_string())?;
+    let opts = explain::ExplainOptions {
+        top: args.top,
+        show_segments: args.segments,
+    };
+    let e = explain::explain(&snap, &name, &opts).map_err(|e| e.to_string())?;
+    if args.json {
+        let mut s = serde_json::to_string_pretty(&e).map_err(|e| e.to_string())?;
+        s.push('\n');
+        return Ok(s);
+    }
+    Ok(e.text(args.segments))
 }
 
 /// Runs `tensormem train` and returns the report.

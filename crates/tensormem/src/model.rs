@@ -2,8 +2,9 @@
 //! the file format they were read from (pickle or JSON, any PyTorch version).
 
 use c10_cuda::config::AllocatorConfig;
-use c10_cuda::history::TraceAction;
+use c10_cuda::history::{Frames, TraceAction};
 use c10_cuda::snapshot::BlockState;
+use tensormem_pickle::Value;
 
 /// One block of a recorded segment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,6 +17,9 @@ pub struct RecordedBlock {
     pub requested_size: u64,
     /// Allocated, pending free, or inactive.
     pub state: BlockState,
+    /// The stack of the allocation holding it (`frames`, or the newest `history` entry's),
+    /// when the file records one.
+    pub frames: Option<Frames>,
 }
 
 /// One recorded segment (`torch.cuda.memory._snapshot()['segments'][i]`).
@@ -50,6 +54,28 @@ pub struct RecordedEvent {
     pub stream: u64,
     /// Microseconds, when the file records them (PyTorch 2.1+).
     pub time_us: Option<u64>,
+    /// The stack (`frames`), innermost first; `None` when the entry has none.
+    pub frames: Option<Frames>,
+    /// `compile_context` (torch.compile's context string), when recorded.
+    pub compile_context: Option<String>,
+    /// `user_metadata` (set with `torch.cuda.memory._set_memory_metadata`), when recorded.
+    pub user_metadata: Option<String>,
+}
+
+impl RecordedEvent {
+    /// An entry with no stack, times or metadata.
+    pub fn new(action: TraceAction, addr: u64, size: u64, stream: u64) -> Self {
+        RecordedEvent {
+            action,
+            addr,
+            size,
+            stream,
+            time_us: None,
+            frames: None,
+            compile_context: None,
+            user_metadata: None,
+        }
+    }
 }
 
 /// What the file said about the allocator's settings.
@@ -70,6 +96,8 @@ pub struct Snapshot {
     pub traces: Vec<Vec<RecordedEvent>>,
     /// The recorded allocator settings.
     pub settings: RecordedSettings,
+    /// `external_annotations` as recorded (e.g. `record_function` ranges), kept verbatim.
+    pub external_annotations: Option<Value>,
     /// Facts about the file's format, for the report.
     pub format: FormatNotes,
 }

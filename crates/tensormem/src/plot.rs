@@ -1,5 +1,5 @@
 //! `--plot`: allocated and reserved bytes over the replay, one pair of curves per configuration,
-//! drawn as SVG with plotters.
+//! drawn as SVG with plotters (to a file, or to a string for the HTML report).
 
 use std::path::Path;
 
@@ -8,15 +8,43 @@ use plotters::prelude::*;
 use crate::replay::Outcome;
 use crate::report::config_label;
 
-const GIB: f64 = (1u64 << 30) as f64;
+/// The y axis unit for a largest value of `max_bytes`: GiB from 1 GiB, else MiB from 1 MiB,
+/// else KiB (the same thresholds as PyTorch's `format_size`).
+pub fn axis_unit(max_bytes: u64) -> (&'static str, f64) {
+    if max_bytes > 1 << 30 {
+        ("GiB", (1u64 << 30) as f64)
+    } else if max_bytes > 1 << 20 {
+        ("MiB", (1u64 << 20) as f64)
+    } else {
+        ("KiB", 1024.0)
+    }
+}
 
-/// Draws the series of `outcomes` (each replayed with `series` on) into `path` (`.svg`).
-/// The x axis is the event index, or the recorded time in seconds since the first point when
-/// every point has one.
+/// The curves to draw: the main replay, then each sweep configuration not already drawn (a
+/// from-empty main replay under a swept configuration is that sweep row), each labelled once.
+pub fn curves<'a>(main: &'a Outcome, sweep: &'a [Outcome]) -> Vec<(String, &'a Outcome)> {
+    let mut out: Vec<(String, &Outcome)> = Vec::new();
+    let main_label = if main.parity.is_some() {
+        format!("{} (parity)", config_label(&main.config))
+    } else {
+        config_label(&main.config).to_string()
+    };
+    if !(main.parity.is_none() && sweep.iter().any(|o| o.config == main.config)) {
+        out.push((main_label, main));
+    }
+    for o in sweep {
+        out.push((config_label(&o.config).to_string(), o));
+    }
+    out
+}
+
+/// Draws the series of `curves` (each replayed with `series` on) into `path` (`.svg`).
+/// The x axis is the recorded time in seconds since the first point when every point has one,
+/// else the event index.
 ///
 /// # Errors
 /// A message when the extension is not `.svg`, a series is missing, or drawing fails.
-pub fn plot(path: &Path, title: &str, outcomes: &[&Outcome]) -> Result<(), String> {
+pub fn plot(path: &Path, title: &str, curves: &[(String, &Outcome)]) -> Result<(), String> {
     match path.extension().and_then(|e| e.to_str()) {
         Some(ext) if ext.eq_ignore_ascii_case("svg") => {}
         Some(ext) => {
@@ -26,6 +54,20 @@ pub fn plot(path: &Path, title: &str, outcomes: &[&Outcome]) -> Result<(), Strin
         }
         None => return Err("the plot file needs a .svg extension".into()),
     }
+    let svg = svg_string(title, curves, (1100, 560))?;
+    std::fs::write(path, svg).map_err(|e| e.to_string())
+}
+
+/// The SVG text of the plot of `curves`, `size` pixels (see [`plot`]).
+///
+/// # Errors
+/// A message when a series is missing or drawing fails.
+pub fn svg_string(
+    title: &str,
+    curves: &[(String, &Outcome)],
+    size: (u32, u32),
+) -> Result<String, String> {
+    let outcomes: Vec<&Outcome> = curves.iter().map(|c| c.1).collect();
     if outcomes.iter().any(|o| o.series.is_empty()) {
         return Err("no memory series was recorded for this replay".into());
     }
@@ -44,12 +86,18 @@ pub fn plot(path: &Path, title: &str, outcomes: &[&Outcome]) -> Result<(), Strin
             p.index as f64
         }
     };
+    let max_reserved = outcomes
+        .iter()
+        .flat_map(|o| o.series.iter().map(|p| p.reserved))
+        .max()
+        .unwrap_or(0);
+    let (unit, scale) = axis_unit(max_reserved);
     let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0f64);
     for o in outcomes {
         for p in &o.series {
             x0 = x0.min(x_of(p));
             x1 = x1.max(x_of(p));
-            y1 = y1.max(p.reserved as f64 / GIB);
+            y1 = y1.max(p.reserved as f64 / scale);
         }
     }
     if x1 <= x0 {
@@ -57,50 +105,56 @@ pub fn plot(path: &Path, title: &str, outcomes: &[&Outcome]) -> Result<(), Strin
     }
     let y1 = (y1 * 1.08).max(0.001);
     let err = |e: &dyn std::fmt::Display| e.to_string();
-    let root = SVGBackend::new(path, (1100, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("tensormem replay: {title}"), ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(64)
-        .build_cartesian_2d(x0..x1, 0f64..y1)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc(if use_time { "time (s)" } else { "event index" })
-        .y_desc("GiB")
-        .draw()
-        .map_err(|e| err(&e))?;
-    for (k, o) in outcomes.iter().enumerate() {
-        let color = Palette99::pick(k).to_rgba();
-        let label = config_label(&o.config).to_string();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("tensormem replay: {title}"), ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x0..x1, 0f64..y1)
+            .map_err(|e| err(&e))?;
         chart
-            .draw_series(LineSeries::new(
-                o.series.iter().map(|p| (x_of(p), p.reserved as f64 / GIB)),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| err(&e))?
-            .label(format!("{label}: reserved"))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            .configure_mesh()
+            .x_desc(if use_time { "time (s)" } else { "event index" })
+            .y_desc(unit)
+            .draw()
+            .map_err(|e| err(&e))?;
+        for (k, (label, o)) in curves.iter().enumerate() {
+            let color = Palette99::pick(k).to_rgba();
+            chart
+                .draw_series(LineSeries::new(
+                    o.series
+                        .iter()
+                        .map(|p| (x_of(p), p.reserved as f64 / scale)),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| err(&e))?
+                .label(format!("{label}: reserved"))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(LineSeries::new(
+                    o.series
+                        .iter()
+                        .map(|p| (x_of(p), p.allocated as f64 / scale)),
+                    color.mix(0.5).stroke_width(1),
+                ))
+                .map_err(|e| err(&e))?
+                .label(format!("{label}: allocated"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.mix(0.5)));
+        }
         chart
-            .draw_series(LineSeries::new(
-                o.series.iter().map(|p| (x_of(p), p.allocated as f64 / GIB)),
-                color.mix(0.5).stroke_width(1),
-            ))
-            .map_err(|e| err(&e))?
-            .label(format!("{label}: allocated"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.mix(0.5)));
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
+    Ok(svg)
 }

@@ -8,6 +8,7 @@ use c10_cuda::device::StreamId;
 use c10_cuda::history::{Clock, TraceAction, TraceEntry};
 use c10_cuda::snapshot::DeviceSnapshot;
 use c10_cuda::stats::DeviceStats;
+use c10_cuda::summary::format_size;
 use c10_cuda::{DeviceCachingAllocator, Error as AllocError, SimDevice};
 use thiserror::Error;
 
@@ -26,8 +27,29 @@ pub struct ReplayOptions {
     pub from_empty: bool,
     /// Keep the (event index, allocated, reserved) series for plotting.
     pub series: bool,
-    /// Keep our own memory history (for `--dump`).
+    /// Keep our own memory history (for `--dump`), with the recorded event behind each entry.
     pub keep_history: bool,
+    /// Stop before the recorded event with this index (replay a prefix: the state at that
+    /// moment, e.g. just before an `oom` entry). `None` replays everything.
+    pub until_event: Option<usize>,
+    /// Stop at the first allocation our replay cannot place (a yes/no "does it fit" run).
+    pub stop_at_first_oom: bool,
+}
+
+impl ReplayOptions {
+    /// Options for a plain replay under `config` on `capacity` bytes: no series, no history,
+    /// every event.
+    pub fn new(config: AllocatorConfig, capacity: usize, from_empty: bool) -> Self {
+        ReplayOptions {
+            config,
+            capacity,
+            from_empty,
+            series: false,
+            keep_history: false,
+            until_event: None,
+            stop_at_first_oom: false,
+        }
+    }
 }
 
 /// Why a replay could not run.
@@ -37,6 +59,19 @@ pub enum ReplayError {
     /// The snapshot holds no history to replay.
     #[error("the snapshot has no memory history to replay (it holds state only)")]
     NoHistory,
+    /// The segments that existed before the history began do not fit on the simulated device.
+    #[error(
+        "--device-memory {capacity}: too small for the segments that existed before the history \
+         began ({needed}); use at least {needed}, or --from-empty to replay without them",
+        capacity = format_size(*.capacity as u64),
+        needed = format_size(*.needed)
+    )]
+    StartStateTooLarge {
+        /// Simulated device memory, bytes.
+        capacity: usize,
+        /// Bytes of the start state's segments.
+        needed: u64,
+    },
     /// The allocator or simulated device failed in a way a replay cannot continue from.
     #[error("allocator failure during replay: {0}")]
     Allocator(#[from] AllocError),
@@ -102,6 +137,11 @@ pub struct Outcome {
     pub recorded_ooms: usize,
     /// Peak reserved bytes in our replay.
     pub peak_reserved: u64,
+    /// The recorded event after which our reserved bytes were at their peak with the most
+    /// bytes allocated (the first such event).
+    pub peak_event_index: usize,
+    /// The recorded event after which the replay stopped (the last one processed).
+    pub last_event_index: usize,
     /// Peak allocated bytes in our replay.
     pub peak_allocated: u64,
     /// Peak reserved bytes in the recording (parity mode).
@@ -124,6 +164,12 @@ pub struct Outcome {
     pub series: Vec<SeriesPoint>,
     /// Our snapshot at the end, with our history when kept.
     pub snapshot: DeviceSnapshot,
+    /// With `keep_history`: for each entry of `snapshot.trace` (but the final `snapshot`
+    /// entry), the index of the recorded event whose replay produced it.
+    pub origins: Vec<usize>,
+    /// With `keep_history`: our address of each block allocated at the end -> the index of the
+    /// recorded `alloc` event it replays.
+    pub live_origins: HashMap<u64, usize>,
 }
 
 /// Bytes rounded up to 512 (the lower-bound unit).
@@ -197,6 +243,9 @@ pub fn replay(
         segs: SegmentMap::default(),
         live: HashMap::new(),
         live_bytes: 0,
+        peak_index: 0,
+        allocated_at_peak: 0,
+        origins: Vec::new(),
         parity: (!opts.from_empty).then(Parity::default),
         out_failed: 0,
         skipped: 0,
@@ -212,11 +261,27 @@ pub fn replay(
     let mut start = None;
     if !opts.from_empty {
         let st = start_state(snapshot, device, &opts.config);
+        let needed: u64 = st.segments.iter().map(|s| s.size).sum();
+        if needed > opts.capacity as u64 {
+            return Err(ReplayError::StartStateTooLarge {
+                capacity: opts.capacity,
+                needed,
+            });
+        }
         for seg in &st.segments {
             r.sim.script_malloc(seg.address, seg.size as usize);
             let ours = r
                 .alloc
-                .import_segment(StreamId(seg.stream), seg.small, &seg.blocks)?;
+                .import_segment(StreamId(seg.stream), seg.small, &seg.blocks)
+                .map_err(|e| match e {
+                    AllocError::Device(_) | AllocError::OutOfMemory(_) => {
+                        ReplayError::StartStateTooLarge {
+                            capacity: opts.capacity,
+                            needed,
+                        }
+                    }
+                    other => other.into(),
+                })?;
             r.sim.clear_script();
             r.segs.insert(seg.address, seg.size, ours);
             r.recorded_reserved += seg.size;
@@ -241,12 +306,19 @@ pub fn replay(
     r.sample(0, events.first().and_then(|e| e.time_us), opts.series);
     r.lower_bound = r.live_bytes;
 
-    let total = events.len();
+    let total = opts
+        .until_event
+        .map_or(events.len(), |u| u.min(events.len()));
     let mut recorded_ooms = 0;
     let mut allocs = 0;
     let mut i = 0;
+    let mut last = 0;
     while i < total {
+        if opts.stop_at_first_oom && r.out_failed > 0 {
+            break;
+        }
         let e = &events[i];
+        last = i;
         match e.action {
             TraceAction::Alloc => {
                 allocs += 1;
@@ -256,6 +328,11 @@ pub fn replay(
                     preceding_segment_events(events, i)
                 };
                 r.alloc_step(i, e, &pending)?;
+                if opts.keep_history {
+                    // Our segment entries of this step replay the recorded ones just before it
+                    // (parity), else they come from this request, as in PyTorch.
+                    r.note_step_origins(i, i - pending.len(), &events[i - pending.len()..i]);
+                }
             }
             TraceAction::FreeRequested => r.free_step(e, opts.from_empty)?,
             TraceAction::SegmentAlloc if !opts.from_empty => {
@@ -277,16 +354,23 @@ pub fn replay(
                     })
                     .unwrap_or(total);
                 r.empty_cache_step(i, &events[i..end])?;
+                if opts.keep_history {
+                    r.note_origins(i);
+                }
                 for ev in &events[i + 1..end] {
                     r.recorded_reserved -= ev.size.min(r.recorded_reserved);
                 }
                 r.recorded_reserved -= e.size.min(r.recorded_reserved);
                 r.sample(end - 1, e.time_us, opts.series);
+                last = end - 1;
                 i = end;
                 continue;
             }
             TraceAction::Oom => recorded_ooms += 1,
             _ => {}
+        }
+        if opts.keep_history {
+            r.note_origins(i);
         }
         r.sample(i, e.time_us, opts.series);
         if i % 4096 == 0 {
@@ -297,6 +381,14 @@ pub fn replay(
     progress(total, total);
     let stats_end = r.alloc.stats();
     let snapshot_out = r.alloc.snapshot();
+    let live_origins = if opts.keep_history {
+        r.live
+            .values()
+            .filter_map(|&(ptr, _, event)| Some((ptr?, event)))
+            .collect()
+    } else {
+        HashMap::new()
+    };
     Ok(Outcome {
         config: opts.config.to_string(),
         parity: r.parity,
@@ -307,6 +399,8 @@ pub fn replay(
         empty_cache_calls: r.empty_cache_calls,
         recorded_ooms,
         peak_reserved: r.peak_reserved,
+        peak_event_index: r.peak_index,
+        last_event_index: last,
         peak_allocated: r.peak_allocated,
         recorded_peak_reserved: (!opts.from_empty).then_some(r.recorded_peak),
         lower_bound: r.lower_bound,
@@ -318,6 +412,8 @@ pub fn replay(
         start,
         series: r.series,
         snapshot: snapshot_out,
+        origins: r.origins,
+        live_origins,
     })
 }
 
@@ -340,11 +436,17 @@ struct Runner {
     alloc: DeviceCachingAllocator<SimDevice>,
     sim: SimDevice,
     segs: SegmentMap,
-    /// Recorded address -> (our address, live bytes counted).
     /// Recorded address -> (our address, or `None` when our replay ran out of memory for it;
-    /// the bytes it counts toward the live-bytes lower bound, a property of the recording).
-    live: HashMap<u64, (Option<u64>, u64)>,
+    /// the bytes it counts toward the live-bytes lower bound, a property of the recording; the
+    /// index of its `alloc` event).
+    live: HashMap<u64, (Option<u64>, u64, usize)>,
     live_bytes: u64,
+    /// The event index of the reserved peak (the one with the most allocated bytes).
+    peak_index: usize,
+    /// Allocated bytes at `peak_index`.
+    allocated_at_peak: u64,
+    /// Our history entry -> recorded event index (with `keep_history`).
+    origins: Vec<usize>,
     parity: Option<Parity>,
     out_failed: usize,
     skipped: usize,
@@ -359,12 +461,46 @@ struct Runner {
 }
 
 impl Runner {
+    /// Marks the entries of an alloc step at `index`: the k-th segment entry comes from the
+    /// k-th of `recorded` (recorded segment events starting at `first`) when there is one.
+    fn note_step_origins(&mut self, index: usize, first: usize, recorded: &[RecordedEvent]) {
+        let start = self.origins.len();
+        let n = self.alloc.history_len();
+        let mut k = 0;
+        for entry in start..n {
+            let is_segment = self
+                .alloc
+                .history_since(entry)
+                .next()
+                .is_some_and(|t| is_segment_action(t.action));
+            let origin = if is_segment && k < recorded.len() {
+                k += 1;
+                first + k - 1
+            } else {
+                index
+            };
+            self.origins.push(origin);
+        }
+    }
+
+    /// Marks the history entries made since the last call as coming from event `index`.
+    fn note_origins(&mut self, index: usize) {
+        let n = self.alloc.history_len();
+        self.origins.resize(n.max(self.origins.len()), index);
+    }
+
     fn sample(&mut self, index: usize, time_us: Option<u64>, series: bool) {
         let reserved = self.alloc.reserved_bytes() as u64;
         let allocated = self.alloc.allocated_bytes() as u64;
         if reserved > self.peak_reserved {
             self.peak_reserved = reserved;
+            self.peak_index = index;
+            self.allocated_at_peak = allocated;
             self.stats_at_peak = self.alloc.stats();
+        } else if reserved == self.peak_reserved && allocated > self.allocated_at_peak {
+            // The moment of the peak that holds the most: what top call sites look at.
+            self.peak_index = index;
+            self.allocated_at_peak = allocated;
         }
         self.peak_allocated = self.peak_allocated.max(allocated);
         self.lower_bound = self.lower_bound.max(self.live_bytes);
@@ -429,7 +565,7 @@ impl Runner {
         // The request is live in the recording whether or not our replay could place it.
         let counted = round512(e.size);
         self.live_bytes += counted;
-        if let Some((old_ptr, old_counted)) = self.live.insert(e.addr, (ptr, counted)) {
+        if let Some((old_ptr, old_counted, _)) = self.live.insert(e.addr, (ptr, counted, i)) {
             // The recording reused an address we still hold: keep ours consistent.
             if let Some(old_ptr) = old_ptr {
                 let _ = self.alloc.free(old_ptr);
@@ -475,7 +611,7 @@ impl Runner {
 
     fn free_step(&mut self, e: &RecordedEvent, from_empty: bool) -> Result<(), ReplayError> {
         let ptr = match self.live.remove(&e.addr) {
-            Some((ptr, counted)) => {
+            Some((ptr, counted, _)) => {
                 self.live_bytes -= counted;
                 match ptr {
                     Some(ptr) => Some(ptr),

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::model::Snapshot;
 use crate::replay::{Outcome, Parity};
+use crate::top_sites::Site;
 
 fn pct(a: usize, b: usize) -> String {
     if b == 0 {
@@ -18,13 +19,19 @@ fn pct(a: usize, b: usize) -> String {
     }
 }
 
-fn gib(bytes: u64) -> String {
-    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
-}
-
-/// The config string as the report prints it (`default` for the empty string).
+/// The config string as reports name it, in text and JSON alike (`default` for the empty
+/// string, which is PyTorch's default configuration).
 pub fn config_label(config: &str) -> &str {
     if config.is_empty() { "default" } else { config }
+}
+
+/// Peak reserved / lower bound (0 when the lower bound is 0).
+pub fn fragmentation(o: &Outcome) -> f64 {
+    if o.lower_bound > 0 {
+        o.peak_reserved as f64 / o.lower_bound as f64
+    } else {
+        0.0
+    }
 }
 
 /// The header lines about the loaded file.
@@ -103,13 +110,13 @@ pub fn parity_text(o: &Outcome) -> String {
     let _ = writeln!(
         s,
         "  peak reserved:                    ours {}, recorded {}",
-        gib(o.peak_reserved),
-        o.recorded_peak_reserved.map_or("n/a".into(), gib)
+        format_size(o.peak_reserved),
+        o.recorded_peak_reserved.map_or("n/a".into(), format_size)
     );
     let _ = writeln!(
         s,
         "  peak allocated:                   ours {}",
-        gib(o.peak_allocated)
+        format_size(o.peak_allocated)
     );
     let _ = writeln!(
         s,
@@ -125,7 +132,7 @@ pub fn sweep_table(rows: &[Outcome], capacity: usize) -> String {
     let _ = writeln!(
         s,
         "\nWhat-if: the alloc/free sequence from an empty allocator, device memory {}",
-        gib(capacity as u64)
+        format_size(capacity as u64)
     );
     let _ = writeln!(
         s,
@@ -140,19 +147,14 @@ pub fn sweep_table(rows: &[Outcome], capacity: usize) -> String {
         "OOMs"
     );
     for o in rows {
-        let frag = if o.lower_bound > 0 {
-            o.peak_reserved as f64 / o.lower_bound as f64
-        } else {
-            0.0
-        };
         let _ = writeln!(
             s,
             "  {:<28} {:>13} {:>14} {:>12} {:>7.3} {:>8} {:>8} {:>5}",
             config_label(&o.config),
-            gib(o.peak_reserved),
-            gib(o.peak_allocated),
-            gib(o.lower_bound),
-            frag,
+            format_size(o.peak_reserved),
+            format_size(o.peak_allocated),
+            format_size(o.lower_bound),
+            fragmentation(o),
             o.device_mallocs,
             o.retries,
             o.ooms
@@ -177,15 +179,21 @@ pub fn summaries(o: &Outcome, device: u8) -> String {
 
 /// `--json` output. Schema (all byte figures are integers, in bytes):
 ///
-/// - `file`, `device`, `events`, `config` (PYTORCH_CUDA_ALLOC_CONF string replayed; "" = default)
+/// - `file`, `device`, `events`; `config` (the configuration's name: `"default"` or the
+///   PYTORCH_CUDA_ALLOC_CONF string), `alloc_conf` (the PYTORCH_CUDA_ALLOC_CONF string replayed,
+///   `""` for the default)
 /// - `parity`: `alloc_address_match`, `alloc_total`, `segment_decision_match`,
 ///   `segment_decision_total`, `first_divergence` (`null` or `{event_index, expected, got}`);
 ///   `null` with `--from-empty`
-/// - `peak_reserved_bytes`, `peak_allocated_bytes`, `recorded_peak_reserved_bytes` (or null),
-///   `lower_bound_bytes`, `device_mallocs`, `num_alloc_retries`, `num_ooms`, `failed_allocs`,
-///   `skipped_frees`, `empty_cache_calls`
-/// - `sweep`: with `--sweep`, a list of `{config, peak_reserved_bytes, peak_allocated_bytes,
-///   lower_bound_bytes, fragmentation, device_mallocs, num_alloc_retries, num_ooms}`; else `[]`
+/// - `peak_reserved_bytes`, `peak_event_index`, `peak_allocated_bytes`,
+///   `recorded_peak_reserved_bytes` (or null), `lower_bound_bytes`, `device_mallocs`,
+///   `num_alloc_retries`, `num_ooms`, `failed_allocs`, `skipped_frees`, `empty_cache_calls`
+/// - `sweep`: with `--sweep`, a list of `{config, alloc_conf, peak_reserved_bytes,
+///   peak_event_index, peak_allocated_bytes, lower_bound_bytes, fragmentation, device_mallocs,
+///   num_alloc_retries, num_ooms}` (and `top_sites` at that configuration's own peak with
+///   `--top`); else `[]`
+/// - with `--top N`: `top_sites` (at the reserved peak) and `top_sites_at_end`, each a list
+///   of `{site, bytes, count}` (and `stack` with `--stack`), largest first
 /// - `memory_stats`: the allocator's 122 `memory_stats()` keys at the end of the main replay.
 #[derive(Serialize)]
 pub struct JsonReport {
@@ -195,12 +203,16 @@ pub struct JsonReport {
     pub device: usize,
     /// Recorded events.
     pub events: usize,
-    /// The configuration replayed.
+    /// The configuration's name (`default` or the PYTORCH_CUDA_ALLOC_CONF string).
     pub config: String,
+    /// The PYTORCH_CUDA_ALLOC_CONF string replayed (`""` = default).
+    pub alloc_conf: String,
     /// Parity figures.
     pub parity: Option<JsonParity>,
     /// Our peak reserved bytes.
     pub peak_reserved_bytes: u64,
+    /// The recorded event of the reserved peak (with the most bytes allocated).
+    pub peak_event_index: usize,
     /// Our peak allocated bytes.
     pub peak_allocated_bytes: u64,
     /// The recording's peak reserved bytes.
@@ -221,6 +233,12 @@ pub struct JsonReport {
     pub empty_cache_calls: usize,
     /// The sweep rows.
     pub sweep: Vec<JsonSweepRow>,
+    /// With `--top`: the call sites holding the most bytes at the reserved peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_sites: Option<Vec<Site>>,
+    /// With `--top`: the call sites holding the most bytes at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_sites_at_end: Option<Vec<Site>>,
     /// The 122 stats at the end.
     pub memory_stats: BTreeMap<String, i64>,
 }
@@ -254,10 +272,14 @@ pub struct JsonDivergence {
 /// One sweep row in the JSON report.
 #[derive(Serialize)]
 pub struct JsonSweepRow {
-    /// PYTORCH_CUDA_ALLOC_CONF string ("" = default).
+    /// The configuration's name (`default` or the PYTORCH_CUDA_ALLOC_CONF string).
     pub config: String,
+    /// PYTORCH_CUDA_ALLOC_CONF string (`""` = default).
+    pub alloc_conf: String,
     /// Peak reserved bytes.
     pub peak_reserved_bytes: u64,
+    /// The recorded event of the reserved peak (with the most bytes allocated).
+    pub peak_event_index: usize,
     /// Peak allocated bytes.
     pub peak_allocated_bytes: u64,
     /// Lower bound bytes.
@@ -270,6 +292,9 @@ pub struct JsonSweepRow {
     pub num_alloc_retries: i64,
     /// `num_ooms`.
     pub num_ooms: i64,
+    /// With `--top`: the call sites holding the most bytes at this configuration's peak.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_sites: Option<Vec<Site>>,
 }
 
 impl JsonParity {
@@ -289,35 +314,36 @@ impl JsonParity {
 }
 
 impl JsonSweepRow {
-    /// The row for one sweep outcome.
+    /// The row for one sweep outcome (`top_sites` left out).
     pub fn from(o: &Outcome) -> Self {
         JsonSweepRow {
-            config: o.config.clone(),
+            config: config_label(&o.config).to_string(),
+            alloc_conf: o.config.clone(),
             peak_reserved_bytes: o.peak_reserved,
+            peak_event_index: o.peak_event_index,
             peak_allocated_bytes: o.peak_allocated,
             lower_bound_bytes: o.lower_bound,
-            fragmentation: if o.lower_bound > 0 {
-                o.peak_reserved as f64 / o.lower_bound as f64
-            } else {
-                0.0
-            },
+            fragmentation: fragmentation(o),
             device_mallocs: o.device_mallocs,
             num_alloc_retries: o.retries,
             num_ooms: o.ooms,
+            top_sites: None,
         }
     }
 }
 
 impl JsonReport {
-    /// The report for a main replay and optional sweep rows.
+    /// The report for a main replay and optional sweep rows (no top sites).
     pub fn new(file: &str, device: usize, main: &Outcome, sweep: &[Outcome]) -> Self {
         JsonReport {
             file: file.to_string(),
             device,
             events: main.events,
-            config: main.config.clone(),
+            config: config_label(&main.config).to_string(),
+            alloc_conf: main.config.clone(),
             parity: main.parity.as_ref().map(JsonParity::from),
             peak_reserved_bytes: main.peak_reserved,
+            peak_event_index: main.peak_event_index,
             peak_allocated_bytes: main.peak_allocated,
             recorded_peak_reserved_bytes: main.recorded_peak_reserved,
             lower_bound_bytes: main.lower_bound,
@@ -328,7 +354,42 @@ impl JsonReport {
             skipped_frees: main.skipped_frees,
             empty_cache_calls: main.empty_cache_calls,
             sweep: sweep.iter().map(JsonSweepRow::from).collect(),
+            top_sites: None,
+            top_sites_at_end: None,
             memory_stats: main.stats_end.memory_stats(),
         }
     }
+}
+
+/// The top-sites section of the text report: one table per moment.
+pub fn top_sites_text(title: &str, sites: &[Site]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "\nTop call sites {title}");
+    if sites.is_empty() {
+        let _ = writeln!(s, "  (no live allocations)");
+        return s;
+    }
+    let _ = writeln!(s, "  {:>12} {:>7}  site", "bytes", "allocs");
+    for site in sites {
+        let _ = writeln!(
+            s,
+            "  {:>12} {:>7}  {}",
+            format_size(site.bytes),
+            site.count,
+            site.site
+        );
+        if let Some(stack) = &site.stack {
+            for line in stack {
+                let _ = writeln!(s, "  {:>12} {:>7}    {line}", "", "");
+            }
+        }
+    }
+    if sites.iter().all(|x| x.site == crate::top_sites::NO_STACK) {
+        let _ = writeln!(
+            s,
+            "  (the snapshot records no stacks: record them with \
+             torch.cuda.memory._record_memory_history(stacks=\"python\") or \"all\")"
+        );
+    }
+    s
 }

@@ -9,6 +9,12 @@
 /// A message naming the input and the accepted forms.
 pub fn parse_size(input: &str) -> Result<usize, String> {
     let s = input.trim();
+    if s.starts_with('-') {
+        return Err(format!(
+            "invalid size '{input}': a size cannot be negative (expected e.g. 40GiB)"
+        ));
+    }
+    let s = s.strip_prefix('+').unwrap_or(s);
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
@@ -56,5 +62,11 @@ mod tests {
         );
         assert!(parse_size("GiB").unwrap_err().contains("expected a number"));
         assert!(parse_size("0").is_err());
+        // A new user's `--device-memory=-5`: the sign is named, not taken for a unit.
+        assert_eq!(
+            parse_size("-5"),
+            Err("invalid size '-5': a size cannot be negative (expected e.g. 40GiB)".into())
+        );
+        assert_eq!(parse_size("+2KiB"), Ok(2048));
     }
 }

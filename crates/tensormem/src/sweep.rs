@@ -33,11 +33,8 @@ pub fn sweep(
         .enumerate()
         .map(|(k, config)| {
             let opts = ReplayOptions {
-                config: config.clone(),
-                capacity,
-                from_empty: true,
                 series,
-                keep_history: false,
+                ..ReplayOptions::new(config.clone(), capacity, true)
             };
             replay(snapshot, device, &opts, &mut |d, t| progress(k, d, t))
         })

@@ -531,8 +531,10 @@ fn assert_report_schema(doc: &Json) {
             ("device", U64, false),
             ("events", U64, false),
             ("config", Str, false),
+            ("alloc_conf", Str, false),
             ("parity", Object, true),
             ("peak_reserved_bytes", U64, false),
+            ("peak_event_index", U64, false),
             ("peak_allocated_bytes", U64, false),
             ("recorded_peak_reserved_bytes", U64, true),
             ("lower_bound_bytes", U64, false),
@@ -565,7 +567,9 @@ fn assert_report_schema(doc: &Json) {
             row,
             &[
                 ("config", Str, false),
+                ("alloc_conf", Str, false),
                 ("peak_reserved_bytes", U64, false),
+                ("peak_event_index", U64, false),
                 ("peak_allocated_bytes", U64, false),
                 ("lower_bound_bytes", U64, false),
                 ("fragmentation", F64, false),
@@ -611,7 +615,9 @@ fn json_parity_report_schema_and_values() {
     assert_eq!(doc["recorded_peak_reserved_bytes"], SYNTH_PEAK_RESERVED);
     assert_eq!(doc["sweep"], Json::Array(vec![]));
     assert_eq!(doc["file"], "synthetic.pickle");
-    assert_eq!(doc["config"], "");
+    // The default is named as the text names it; the string to paste is beside it.
+    assert_eq!(doc["config"], "default");
+    assert_eq!(doc["alloc_conf"], "");
     assert_eq!(doc["events"], 16);
     let stats = &doc["memory_stats"];
     assert_eq!(stats["reserved_bytes.all.current"], SYNTH_PEAK_RESERVED);
@@ -644,12 +650,21 @@ fn json_sweep_report_schema_and_invariants() {
     assert_eq!(
         configs,
         [
-            "",
+            "default",
             "max_split_size_mb:128",
             "roundup_power2_divisions:4",
             "expandable_segments:True"
         ]
     );
+    let strings: Vec<&str> = rows
+        .iter()
+        .map(|r| r["alloc_conf"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        strings[0], "",
+        "the default's PYTORCH_CUDA_ALLOC_CONF is empty"
+    );
+    assert_eq!(&strings[1..], &configs[1..]);
     for r in rows {
         let (reserved, allocated, lower) = (
             r["peak_reserved_bytes"].as_u64().unwrap(),
@@ -939,13 +954,7 @@ fn check_dump(dir: &Path, file: &str, extra: &[&str]) {
     let o = replay(
         &snap,
         0,
-        &ReplayOptions {
-            config: snap.config(),
-            capacity: 1 << 40,
-            from_empty: false,
-            series: false,
-            keep_history: false,
-        },
+        &ReplayOptions::new(snap.config(), 1 << 40, false),
         &mut |_, _| {},
     )
     .expect("the dump replays");

@@ -21,13 +21,7 @@ fn load(format: Format) -> Snapshot {
 }
 
 fn parity(snap: &Snapshot) -> Outcome {
-    let opts = ReplayOptions {
-        config: snap.config(),
-        capacity: 1 << 40,
-        from_empty: false,
-        series: false,
-        keep_history: false,
-    };
+    let opts = ReplayOptions::new(snap.config(), 1 << 40, false);
     let device = snap.main_device().expect("history");
     replay(snap, device, &opts, &mut |_, _| {}).expect("replays")
 }

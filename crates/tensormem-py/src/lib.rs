@@ -1,0 +1,334 @@
+//! The `tensormem` Python module: a thin PyO3 binding over the `tensormem` crate.
+//!
+//! ```python
+//! import pickle, tensormem
+//! snap = torch.cuda.memory._snapshot()          # or a path, or the bytes of a pickle
+//! r = tensormem.replay(snap, from_empty=True, sweep=True)   # the same dict as `--json`
+//! a = tensormem.advise(snap, device_memory="40GiB")
+//! ```
+//!
+//! Every function takes a snapshot as a path (`str` or `os.PathLike`), the bytes of a pickle
+//! or JSON file, or the dict `torch.cuda.memory._snapshot()` returns, and returns what the CLI's
+//! `--json` prints, as Python dicts and lists. Errors raise `tensormem.TensormemError` with the
+//! CLI's message. The work runs without the GIL.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::Value as Json;
+use tensormem::model::Snapshot;
+use tensormem_pickle::Value;
+
+create_exception!(
+    tensormem,
+    TensormemError,
+    PyException,
+    "A tensormem failure: bad input or options; the message is the command line's."
+);
+
+/// Nesting deeper than this is refused (snapshots nest about 6 deep).
+const MAX_DEPTH: usize = 64;
+
+fn error(message: impl std::fmt::Display) -> PyErr {
+    TensormemError::new_err(message.to_string())
+}
+
+/// Converts a Python object of plain builtins to a pickle value. Containers already converted
+/// (PyTorch shares frame dicts between entries) are shared, not copied.
+struct Converter {
+    seen: HashMap<usize, Value>,
+}
+
+impl Converter {
+    fn convert(&mut self, obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
+        if depth > MAX_DEPTH {
+            return Err(error(
+                "the snapshot nests too deeply to be a memory snapshot",
+            ));
+        }
+        if obj.is_none() {
+            return Ok(Value::None);
+        }
+        if let Ok(b) = obj.cast::<PyBool>() {
+            return Ok(Value::Bool(b.is_true()));
+        }
+        if obj.is_instance_of::<PyInt>() {
+            return match obj.extract::<i64>() {
+                Ok(i) => Ok(Value::Int(i)),
+                Err(_) => Err(error(format!(
+                    "the snapshot holds an integer outside the 64-bit range: {obj}"
+                ))),
+            };
+        }
+        if let Ok(f) = obj.cast::<PyFloat>() {
+            return Ok(Value::Float(f.value()));
+        }
+        if let Ok(s) = obj.cast::<PyString>() {
+            return Ok(Value::str(&s.to_cow()?));
+        }
+        if let Ok(b) = obj.cast::<PyBytes>() {
+            return Ok(Value::bytes(b.as_bytes()));
+        }
+        let key = obj.as_ptr() as usize;
+        if let Some(v) = self.seen.get(&key) {
+            return Ok(v.clone());
+        }
+        let v = if let Ok(d) = obj.cast::<PyDict>() {
+            let mut entries = Vec::with_capacity(d.len());
+            for (k, v) in d.iter() {
+                entries.push((self.convert(&k, depth + 1)?, self.convert(&v, depth + 1)?));
+            }
+            Value::dict(entries)
+        } else if let Ok(l) = obj.cast::<PyList>() {
+            let mut items = Vec::with_capacity(l.len());
+            for x in l.iter() {
+                items.push(self.convert(&x, depth + 1)?);
+            }
+            Value::list(items)
+        } else if let Ok(t) = obj.cast::<PyTuple>() {
+            let mut items = Vec::with_capacity(t.len());
+            for x in t.iter() {
+                items.push(self.convert(&x, depth + 1)?);
+            }
+            Value::tuple(items)
+        } else {
+            let ty = obj.get_type().name()?;
+            return Err(error(format!(
+                "not a PyTorch memory snapshot: found a value of type {ty} (expected plain dicts, lists, strings and numbers)"
+            )));
+        };
+        // The object stays alive (the caller holds the root) while this map is used.
+        self.seen.insert(key, v.clone());
+        Ok(v)
+    }
+}
+
+/// Loads `snap`: a path, bytes, or a snapshot dict; returns the model and its name for
+/// messages.
+fn load(snap: &Bound<'_, PyAny>) -> PyResult<(Snapshot, String)> {
+    if let Ok(b) = snap.cast::<PyBytes>() {
+        let name = "<bytes>".to_string();
+        let s = tensormem::load::load_bytes(b.as_bytes(), &name).map_err(error)?;
+        return Ok((s, name));
+    }
+    if snap.is_instance_of::<PyDict>() || snap.is_instance_of::<PyList>() {
+        let name = "<dict>".to_string();
+        let value = Converter {
+            seen: HashMap::new(),
+        }
+        .convert(snap, 0)?;
+        let s = tensormem::load::load_value(&value, &name).map_err(error)?;
+        return Ok((s, name));
+    }
+    if let Ok(path) = snap.extract::<PathBuf>() {
+        let name = path.display().to_string();
+        let s = tensormem::load::load_path(&path).map_err(error)?;
+        return Ok((s, name));
+    }
+    let ty = snap.get_type().name()?;
+    Err(error(format!(
+        "expected a path, the bytes of a snapshot file, or the dict torch.cuda.memory._snapshot() returns; found {ty}"
+    )))
+}
+
+/// A size given as bytes (int) or text ("40GiB"); `None` stays `None`.
+fn size_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    match v {
+        None => Ok(None),
+        Some(v) if v.is_none() => Ok(None),
+        Some(v) if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() => {
+            Ok(Some(v.extract::<i128>()?.to_string()))
+        }
+        Some(v) => v.extract::<String>().map(Some).map_err(|_| {
+            error("--device-memory: expected a number of bytes or a size such as \"40GiB\"")
+        }),
+    }
+}
+
+/// JSON -> Python objects.
+fn to_py<'py>(py: Python<'py>, v: &Json) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        Json::Null => py.None().into_bound(py),
+        Json::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Json::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                u.into_pyobject(py)?.into_any()
+            } else if let Some(i) = n.as_i64() {
+                i.into_pyobject(py)?.into_any()
+            } else {
+                n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any()
+            }
+        }
+        Json::String(s) => PyString::new(py, s).into_any(),
+        Json::Array(items) => {
+            let list = PyList::empty(py);
+            for x in items {
+                list.append(to_py(py, x)?)?;
+            }
+            list.into_any()
+        }
+        Json::Object(map) => {
+            let dict = PyDict::new(py);
+            for (k, x) in map {
+                dict.set_item(k, to_py(py, x)?)?;
+            }
+            dict.into_any()
+        }
+    })
+}
+
+/// replay(snap, alloc_conf=None, from_empty=False, sweep=False, device_memory=None, top=None, device=None)
+/// --
+///
+/// Replays the snapshot's history through the caching allocator, as `tensormem replay
+/// --json`: parity with PyTorch's decisions (default) or, with `from_empty=True`, the
+/// alloc/free sequence from an empty allocator; `alloc_conf` is a PYTORCH_CUDA_ALLOC_CONF
+/// string (default: the recorded settings); `sweep=True` adds the standard configurations;
+/// `device_memory` (bytes or "80GiB") sizes the simulated device; `top=N` adds the call sites
+/// holding the most bytes. Returns the `--json` dict.
+#[pyfunction]
+#[pyo3(signature = (snap, alloc_conf=None, from_empty=false, sweep=false, device_memory=None, top=None, device=None))]
+#[allow(clippy::too_many_arguments)]
+fn replay<'py>(
+    py: Python<'py>,
+    snap: &Bound<'py, PyAny>,
+    alloc_conf: Option<String>,
+    from_empty: bool,
+    sweep: bool,
+    device_memory: Option<&Bound<'py, PyAny>>,
+    top: Option<usize>,
+    device: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (s, name) = load(snap)?;
+    let req = tensormem::session::ReplayRequest {
+        alloc_conf,
+        device_memory: size_arg(device_memory)?,
+        from_empty,
+        sweep,
+        device,
+        top,
+        ..Default::default()
+    };
+    let doc = py
+        .detach(|| tensormem::session::run(&s, &name, &req, &mut |_, _, _| {}).map(|r| r.json(&s)))
+        .map_err(error)?;
+    to_py(py, &doc)
+}
+
+/// advise(snap, device_memory=None, device=None)
+/// --
+///
+/// Searches the allocator settings, as `tensormem advise --json`: each candidate's peak
+/// reserved bytes, fragmentation, device mallocs and the smallest device memory that runs it
+/// without OOM, best first, with the lines to paste. `device_memory` (bytes or "40GiB") is
+/// the device to fit.
+#[pyfunction]
+#[pyo3(signature = (snap, device_memory=None, device=None))]
+fn advise<'py>(
+    py: Python<'py>,
+    snap: &Bound<'py, PyAny>,
+    device_memory: Option<&Bound<'py, PyAny>>,
+    device: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (s, name) = load(snap)?;
+    let device_memory = match size_arg(device_memory)? {
+        Some(text) => Some(tensormem::session::device_memory(Some(&text)).map_err(error)? as u64),
+        None => None,
+    };
+    let opts = tensormem::advise::AdviseOptions {
+        device_memory,
+        device,
+        ..Default::default()
+    };
+    let doc = py
+        .detach(|| tensormem::advise::advise(&s, &name, &opts))
+        .map_err(error)?;
+    to_py(py, &serde_json::to_value(&doc).map_err(error)?)
+}
+
+/// explain(snap, top=5)
+/// --
+///
+/// Explains an out-of-memory error, as `tensormem explain --json`: the failed request, free
+/// bytes per segment, the largest free block per pool and stream, the bytes stuck in split
+/// segments, the top call sites, the advise result, and which figures are unknown.
+#[pyfunction]
+#[pyo3(signature = (snap, top=5))]
+fn explain<'py>(
+    py: Python<'py>,
+    snap: &Bound<'py, PyAny>,
+    top: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (s, name) = load(snap)?;
+    let opts = tensormem::explain::ExplainOptions {
+        top,
+        ..Default::default()
+    };
+    let doc = py
+        .detach(|| tensormem::explain::explain(&s, &name, &opts))
+        .map_err(error)?;
+    to_py(py, &serde_json::to_value(&doc).map_err(error)?)
+}
+
+/// dump(snap, path=None, alloc_conf=None, from_empty=False, device_memory=None)
+/// --
+///
+/// Replays like `replay` and returns our snapshot and history as pickle bytes in PyTorch's
+/// format (what `tensormem replay --dump` writes), with the recorded stacks, times and
+/// metadata attached; also writes them to `path` when given. `pickle.loads` reads it, and
+/// PyTorch's memory viewer opens it.
+#[pyfunction]
+#[pyo3(signature = (snap, path=None, alloc_conf=None, from_empty=false, device_memory=None))]
+fn dump<'py>(
+    py: Python<'py>,
+    snap: &Bound<'py, PyAny>,
+    path: Option<PathBuf>,
+    alloc_conf: Option<String>,
+    from_empty: bool,
+    device_memory: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let (s, name) = load(snap)?;
+    let req = tensormem::session::ReplayRequest {
+        alloc_conf,
+        device_memory: size_arg(device_memory)?,
+        from_empty,
+        keep_history: true,
+        ..Default::default()
+    };
+    let bytes = py
+        .detach(|| -> Result<Vec<u8>, tensormem::Error> {
+            match tensormem::session::run(&s, &name, &req, &mut |_, _, _| {})? {
+                tensormem::session::ReplayReport::Replayed(r) => Ok(tensormem::dump::dump_pickle(
+                    &s, r.device, &r.main, &r.config,
+                )),
+                tensormem::session::ReplayReport::StateOnly(_) => {
+                    Err(tensormem::Error::NeedsHistory {
+                        what: "dump",
+                        file: name.clone(),
+                    })
+                }
+            }
+        })
+        .map_err(error)?;
+    if let Some(p) = &path {
+        std::fs::write(p, &bytes).map_err(|e| error(format!("--dump {}: {e}", p.display())))?;
+    }
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// The module `tensormem`.
+#[pymodule]
+#[pyo3(name = "tensormem")]
+fn tensormem_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("TensormemError", m.py().get_type::<TensormemError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(replay, m)?)?;
+    m.add_function(wrap_pyfunction!(advise, m)?)?;
+    m.add_function(wrap_pyfunction!(explain, m)?)?;
+    m.add_function(wrap_pyfunction!(dump, m)?)?;
+    Ok(())
+}

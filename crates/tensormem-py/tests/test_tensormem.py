@@ -1,0 +1,183 @@
+"""The tensormem Python module: replay, advise, explain and dump from Python, with snapshots
+given as a path, bytes, or the dict torch.cuda.memory._snapshot() returns.
+
+Tests that read the real snapshots look for ../shared/data beside the checkout (or
+$TENSORMEM_SHARED/data): without it they are skipped (pytest prints why), except under
+CI=true, where a missing folder is a failure, as in the Rust tests.
+"""
+
+import os
+import pathlib
+import pickle
+
+import pytest
+
+import tensormem
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+MIB = 1 << 20
+
+
+def shared_snapshot(name):
+    base = os.environ.get("TENSORMEM_SHARED")
+    folder = (pathlib.Path(base) if base else ROOT.parent / "shared") / "data" / "snapshots"
+    if not folder.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"shared data folder {folder} is missing, and CI=true forbids skipping")
+        pytest.skip(f"shared data folder {folder} is missing (set TENSORMEM_SHARED)")
+    return folder / name
+
+
+def synthetic():
+    """A small snapshot dict as torch.cuda.memory._snapshot() returns it: three allocations
+    from an empty allocator, each with a stack; the frame dicts are shared, as PyTorch's are."""
+    frame = {"name": "forward", "filename": "/home/me/model.py", "line": 7}
+    stack = [frame]
+    events = [
+        ("segment_alloc", 0x7F0000000000, 20 * MIB),
+        ("alloc", 0x7F0000000000, 3 * MIB),
+        ("alloc", 0x7F0000300000, 5 * MIB),
+        ("free_requested", 0x7F0000000000, 3 * MIB),
+        ("free_completed", 0x7F0000000000, 3 * MIB),
+        ("alloc", 0x7F0000000000, 2 * MIB),
+    ]
+    trace = [
+        {"action": a, "addr": addr, "size": size, "stream": 0, "time_us": 1000 + i, "frames": stack}
+        for i, (a, addr, size) in enumerate(events)
+    ]
+    blocks = [
+        {"address": 0x7F0000000000, "size": 3 * MIB, "requested_size": 2 * MIB, "state": "active_allocated", "frames": stack},
+        {"address": 0x7F0000300000, "size": 5 * MIB, "requested_size": 5 * MIB, "state": "active_allocated", "frames": stack},
+        {"address": 0x7F0000800000, "size": 12 * MIB, "requested_size": 0, "state": "inactive", "frames": []},
+    ]
+    segment = {
+        "device": 0, "address": 0x7F0000000000, "total_size": 20 * MIB, "allocated_size": 8 * MIB,
+        "active_size": 8 * MIB, "requested_size": 7 * MIB, "stream": 0, "segment_type": "large",
+        "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": blocks,
+    }
+    return {"segments": [segment], "device_traces": [trace], "external_annotations": []}
+
+
+REPORT_KEYS = {
+    "file", "device", "events", "config", "alloc_conf", "parity", "peak_reserved_bytes",
+    "peak_event_index", "peak_allocated_bytes", "recorded_peak_reserved_bytes",
+    "lower_bound_bytes", "device_mallocs", "num_alloc_retries", "num_ooms", "failed_allocs",
+    "skipped_frees", "empty_cache_calls", "sweep", "memory_stats",
+}
+
+
+def test_replay_a_dict_built_in_python():
+    r = tensormem.replay(synthetic())
+    assert set(r) == REPORT_KEYS
+    assert r["file"] == "<dict>"
+    assert r["config"] == "default" and r["alloc_conf"] == ""
+    p = r["parity"]
+    assert (p["alloc_address_match"], p["alloc_total"]) == (3, 3)
+    assert p["first_divergence"] is None
+    assert r["peak_reserved_bytes"] == 20 * MIB
+    assert len(r["memory_stats"]) == 122
+    assert r["memory_stats"]["allocated_bytes.all.current"] == 8 * MIB
+
+
+def test_sweep_top_and_options():
+    r = tensormem.replay(synthetic(), from_empty=True, sweep=True, top=2, device_memory="1GiB")
+    assert r["parity"] is None
+    assert [row["config"] for row in r["sweep"]] == [
+        "default", "max_split_size_mb:128", "roundup_power2_divisions:4", "expandable_segments:True",
+    ]
+    sites = r["top_sites"]
+    # At the peak (the 20 MiB segment holding the most): the 3 MiB and 5 MiB allocations.
+    assert sites == [{"site": "/home/me/model.py:7:forward", "bytes": 8 * MIB, "count": 2}]
+    r2 = tensormem.replay(synthetic(), alloc_conf="expandable_segments:True", from_empty=True, device_memory=1 << 30)
+    assert r2["alloc_conf"] == "expandable_segments:True"
+
+
+def test_path_bytes_and_dict_give_the_same_report(tmp_path):
+    d = synthetic()
+    f = tmp_path / "snap.pickle"
+    f.write_bytes(pickle.dumps(d))
+    by_path = tensormem.replay(str(f))
+    by_pathlike = tensormem.replay(f)
+    by_bytes = tensormem.replay(f.read_bytes())
+    by_dict = tensormem.replay(d)
+    for r in (by_path, by_pathlike, by_bytes, by_dict):
+        r.pop("file")
+    assert by_path == by_pathlike == by_bytes == by_dict
+
+
+def test_errors_are_exceptions_with_the_cli_message(tmp_path):
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay(synthetic(), alloc_conf="max_split_size_mb:5")
+    assert str(e.value).startswith("--alloc-conf: ")
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay(synthetic(), device_memory="-5")
+    assert str(e.value) == "--device-memory: invalid size '-5': a size cannot be negative (expected e.g. 40GiB)"
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay({"not": "a snapshot"})
+    assert str(e.value) == "<dict>: not a PyTorch memory snapshot: the top-level dict has no 'segments' key"
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay(str(tmp_path / "missing.pickle"))
+    assert str(e.value).startswith(f"cannot read {tmp_path / 'missing.pickle'}: ")
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay(b"\x80\x04garbage")
+    assert str(e.value).startswith("<bytes>: ")
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay(42)
+    assert "expected a path" in str(e.value)
+    state_only = synthetic()
+    del state_only["device_traces"]
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.advise(state_only)
+    assert str(e.value) == "advise: <dict> holds state only (no memory history to replay)"
+
+
+def test_dump_round_trips_through_pickle(tmp_path):
+    out = tmp_path / "ours.pickle"
+    data = tensormem.dump(synthetic(), path=str(out), alloc_conf="expandable_segments:True", from_empty=True)
+    assert out.read_bytes() == data
+    d = pickle.loads(data)
+    assert set(d) == {"segments", "device_traces", "allocator_settings", "external_annotations"}
+    allocs = [e for e in d["device_traces"][0] if e["action"] == "alloc"]
+    assert [e["time_us"] for e in allocs] == [1001, 1002, 1005]
+    assert all(e["frames"] == [{"name": "forward", "filename": "/home/me/model.py", "line": 7}] for e in allocs)
+    # What we dumped replays back through the module with full parity.
+    back = tensormem.replay(d)
+    assert back["parity"]["alloc_address_match"] == back["parity"]["alloc_total"] == 3
+
+
+def test_advise_and_explain_on_a_dict():
+    a = tensormem.advise(synthetic(), device_memory="64MiB")
+    assert a["device_memory_bytes"] == 64 * MIB
+    best = a["candidates"][0]
+    assert best["fits"] and best["min_device_memory_bytes"] <= 64 * MIB
+    assert best["apply"][0].startswith(("export PYTORCH_CUDA_ALLOC_CONF=", "unset PYTORCH_CUDA_ALLOC_CONF"))
+    e = tensormem.explain(synthetic())
+    assert e["moment"] == "dump" and e["request"] is None
+    assert e["reserved_bytes"] == 20 * MIB and e["inactive_split_bytes"] == 12 * MIB
+    assert any("no oom trace entry" in u for u in e["unknown"])
+
+
+def test_replay_a_shared_snapshot_loaded_with_pickle():
+    path = shared_snapshot("lm_small_forward_from_empty.pickle")
+    with open(path, "rb") as f:
+        d = pickle.load(f)  # exactly the dict torch.cuda.memory._snapshot() returned
+    r = tensormem.replay(d)
+    p = r["parity"]
+    assert (p["alloc_address_match"], p["alloc_total"]) == (36, 36)
+    assert (p["segment_decision_match"], p["segment_decision_total"]) == (9, 9)
+    assert r["peak_reserved_bytes"] == r["recorded_peak_reserved_bytes"]
+    by_path = tensormem.replay(str(path))
+    r.pop("file"), by_path.pop("file")
+    assert r == by_path
+    s = tensormem.replay(d, from_empty=True, sweep=True, top=3)
+    assert len(s["sweep"]) == 4 and len(s["top_sites"]) == 3
+    assert s["top_sites"][0]["bytes"] >= s["top_sites"][1]["bytes"]
+
+
+def test_advise_and_explain_on_shared_snapshots():
+    d = pickle.loads(shared_snapshot("gpt2small_trainstep_steady.pickle").read_bytes())
+    a = tensormem.advise(d)
+    assert a["candidates"][0]["min_device_memory_bytes"] >= a["lower_bound_bytes"]
+    e = tensormem.explain(str(shared_snapshot("opt1.3b_inference_at_oom_state.pickle")))
+    assert e["moment"] == "dump" and e["advice"] is None
+    assert e["top_sites"][0]["site"].endswith(":allocate")

@@ -1,0 +1,588 @@
+//! `tensormem advise`: which allocator setting makes this program fit.
+//!
+//! Replays the recorded alloc/free sequence from an empty allocator under each candidate
+//! setting ([`candidates`]: `expandable_segments`, `max_split_size_mb` over a range,
+//! `roundup_power2_divisions` uniform and per interval, `garbage_collection_threshold` with a
+//! per-process memory fraction, and combinations), at the device memory asked for (default
+//! 1 TiB: unconstrained). Then, for each candidate, finds by bisection the smallest device
+//! memory (to [`RESOLUTION`]) on which the replay completes without an out-of-memory error,
+//! with PyTorch's full retry path (free the cached blocks, retry) in force. Candidates are
+//! ranked: those that fit the device memory asked for first, then by that smallest device
+//! memory, then by peak reserved bytes and device mallocs. Replays run on every core.
+
+use std::fmt::Write as _;
+
+use c10_cuda::config::AllocatorConfig;
+use c10_cuda::summary::format_size;
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::model::Snapshot;
+use crate::par;
+use crate::replay::{Outcome, ReplayOptions, replay};
+use crate::report::config_label;
+
+/// The bisection's resolution: 2 MiB, PyTorch's large-segment rounding.
+pub const RESOLUTION: u64 = 2 << 20;
+
+/// One setting to try.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// The PYTORCH_CUDA_ALLOC_CONF value (`""` = PyTorch's default).
+    pub alloc_conf: String,
+    /// A per-process memory fraction to set with `torch.cuda.set_per_process_memory_fraction`
+    /// (only with `garbage_collection_threshold`, which needs one to act).
+    pub memory_fraction: Option<f64>,
+}
+
+impl Candidate {
+    fn new(alloc_conf: &str) -> Self {
+        Candidate {
+            alloc_conf: alloc_conf.to_string(),
+            memory_fraction: None,
+        }
+    }
+
+    /// The configuration replayed: the string plus our `per_process_memory_fraction` key.
+    ///
+    /// # Panics
+    /// Never for the built-in candidates (each is checked by a test).
+    pub fn config(&self) -> AllocatorConfig {
+        let mut s = self.alloc_conf.clone();
+        if let Some(f) = self.memory_fraction {
+            if !s.is_empty() {
+                s.push(',');
+            }
+            let _ = write!(s, "per_process_memory_fraction:{f:?}");
+        }
+        s.parse().expect("the built-in candidates are valid")
+    }
+
+    /// How reports name it: the PYTORCH_CUDA_ALLOC_CONF value (`default` when empty), plus
+    /// `+ memory fraction F`.
+    pub fn label(&self) -> String {
+        let base = config_label(&self.alloc_conf).to_string();
+        match self.memory_fraction {
+            Some(f) => format!("{base} + memory fraction {f:?}"),
+            None => base,
+        }
+    }
+
+    /// What to paste: the environment line, and the call that sets the memory fraction.
+    pub fn how_to_apply(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.alloc_conf.is_empty() {
+            lines.push("unset PYTORCH_CUDA_ALLOC_CONF   # PyTorch's default settings".into());
+        } else {
+            lines.push(format!(
+                "export PYTORCH_CUDA_ALLOC_CONF={}",
+                self.alloc_conf
+            ));
+        }
+        if let Some(f) = self.memory_fraction {
+            lines.push(format!(
+                "torch.cuda.set_per_process_memory_fraction({f:?})   # in the program, before the first allocation"
+            ));
+        }
+        lines
+    }
+}
+
+/// The settings [`advise`] tries, PyTorch's default first.
+pub fn candidates() -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = Vec::new();
+    let plain = [
+        "",
+        "expandable_segments:True",
+        "max_split_size_mb:64",
+        "max_split_size_mb:128",
+        "max_split_size_mb:256",
+        "max_split_size_mb:512",
+        "max_split_size_mb:1024",
+        "roundup_power2_divisions:2",
+        "roundup_power2_divisions:4",
+        "roundup_power2_divisions:8",
+        "roundup_power2_divisions:16",
+        // Per interval: fine rounding for small sizes, coarse for large (fewer distinct sizes
+        // where the bytes are), and the reverse.
+        "roundup_power2_divisions:[256:8,512:4,1024:2,>:1]",
+        "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
+        "expandable_segments:True,roundup_power2_divisions:4",
+        "expandable_segments:True,roundup_power2_divisions:16",
+        "max_split_size_mb:128,roundup_power2_divisions:4",
+        "max_split_size_mb:256,roundup_power2_divisions:8",
+    ];
+    out.extend(plain.iter().map(|s| Candidate::new(s)));
+    // Garbage collection needs a memory fraction; 1.0 caps the process at the device memory
+    // itself (as a real GPU does), so the threshold is a share of the device.
+    for base in ["", "max_split_size_mb:128", "expandable_segments:True"] {
+        for threshold in ["0.6", "0.8", "0.95"] {
+            let mut s = base.to_string();
+            if !s.is_empty() {
+                s.push(',');
+            }
+            s.push_str("garbage_collection_threshold:");
+            s.push_str(threshold);
+            out.push(Candidate {
+                alloc_conf: s,
+                memory_fraction: Some(1.0),
+            });
+        }
+    }
+    out
+}
+
+/// How to search.
+#[derive(Clone, Debug)]
+pub struct AdviseOptions {
+    /// The device memory to fit (`--device-memory`), bytes; `None`: unconstrained (1 TiB).
+    pub device_memory: Option<u64>,
+    /// How many candidates the text report prints (all are in the JSON).
+    pub show: usize,
+    /// Which device's history (default: the longest).
+    pub device: Option<usize>,
+}
+
+impl Default for AdviseOptions {
+    fn default() -> Self {
+        AdviseOptions {
+            device_memory: None,
+            show: 5,
+            device: None,
+        }
+    }
+}
+
+/// One candidate's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct CandidateResult {
+    /// How reports name it (`default`, the string, `+ memory fraction F`).
+    pub config: String,
+    /// The PYTORCH_CUDA_ALLOC_CONF value to set (`""` = default).
+    pub alloc_conf: String,
+    /// The `torch.cuda.set_per_process_memory_fraction` value to set, if any.
+    pub memory_fraction: Option<f64>,
+    /// Peak reserved bytes at the device memory asked for.
+    pub peak_reserved_bytes: u64,
+    /// Peak allocated bytes at the device memory asked for.
+    pub peak_allocated_bytes: u64,
+    /// Peak reserved / lower bound.
+    pub fragmentation: f64,
+    /// `num_device_alloc` (cudaMalloc calls and expandable-segment growths).
+    pub device_mallocs: i64,
+    /// `num_alloc_retries`.
+    pub num_alloc_retries: i64,
+    /// Allocations that failed at the device memory asked for.
+    pub failed_allocs: usize,
+    /// Whether the run completed without an out-of-memory error at the device memory asked
+    /// for.
+    pub fits: bool,
+    /// The smallest device memory (a multiple of [`RESOLUTION`]) on which the replay completes
+    /// without an out-of-memory error; `null` when even the device memory asked for fails.
+    pub min_device_memory_bytes: Option<u64>,
+    /// `num_alloc_retries` on that smallest device memory (each retry frees the cached blocks
+    /// and synchronizes the device: the price of running at the edge).
+    pub retries_at_min_device_memory: Option<i64>,
+    /// The lines to paste.
+    pub apply: Vec<String>,
+}
+
+/// What [`advise`] found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Advice {
+    /// The snapshot's name.
+    pub file: String,
+    /// The device replayed.
+    pub device: usize,
+    /// Recorded events.
+    pub events: usize,
+    /// The device memory fitted (`--device-memory`), or `null` when unconstrained.
+    pub device_memory_bytes: Option<u64>,
+    /// Peak of live bytes (each request rounded up to 512): no setting needs less.
+    pub lower_bound_bytes: u64,
+    /// Replays run in all.
+    pub replays: usize,
+    /// The candidates, best first.
+    pub candidates: Vec<CandidateResult>,
+    /// Options not shown in the text report (for the report).
+    #[serde(skip)]
+    pub show: usize,
+}
+
+/// One candidate's evaluation: the replay at the asked device memory and the bisection.
+struct Evaluated {
+    candidate: Candidate,
+    outcome: Outcome,
+    /// The smallest device memory and the retries there.
+    min_device: Option<(u64, i64)>,
+    replays: usize,
+}
+
+/// The `num_alloc_retries` of a replay of `config` on `capacity` bytes that completes without
+/// an OOM; `None` when an allocation fails.
+fn fits(snap: &Snapshot, device: usize, config: &AllocatorConfig, capacity: u64) -> Option<i64> {
+    let opts = ReplayOptions {
+        stop_at_first_oom: true,
+        ..ReplayOptions::new(config.clone(), capacity as usize, true)
+    };
+    replay(snap, device, &opts, &mut |_, _| {})
+        .ok()
+        .filter(|o| o.failed_allocs == 0)
+        .map(|o| o.retries)
+}
+
+/// The smallest multiple of [`RESOLUTION`] in `(lo, hi]` on which `config` fits, knowing it
+/// fits on `hi` (with `hi_retries` retries) and not on `lo`; its retries there, and the
+/// replays it took.
+fn bisect(
+    snap: &Snapshot,
+    device: usize,
+    config: &AllocatorConfig,
+    mut lo: u64,
+    mut hi: u64,
+    mut hi_retries: i64,
+) -> (u64, i64, usize) {
+    let mut replays = 0;
+    while hi - lo > RESOLUTION {
+        let mid = (lo + (hi - lo) / 2).div_ceil(RESOLUTION) * RESOLUTION;
+        let mid = mid.clamp(lo + RESOLUTION, hi - RESOLUTION);
+        replays += 1;
+        match fits(snap, device, config, mid) {
+            Some(r) => {
+                hi = mid;
+                hi_retries = r;
+            }
+            None => lo = mid,
+        }
+    }
+    (hi, hi_retries, replays)
+}
+
+fn evaluate(
+    snap: &Snapshot,
+    device: usize,
+    candidate: &Candidate,
+    capacity: u64,
+) -> Result<Evaluated, Error> {
+    let config = candidate.config();
+    let outcome = replay(
+        snap,
+        device,
+        &ReplayOptions::new(config.clone(), capacity as usize, true),
+        &mut |_, _| {},
+    )?;
+    let mut replays = 1;
+    let min_device = if outcome.failed_allocs > 0 {
+        None
+    } else {
+        // It fits on its peak reserved bytes rounded up (unless garbage collection, which
+        // depends on the device memory, changes that; then on the device memory asked for);
+        // nothing fits below the live bytes.
+        let mut hi = outcome.peak_reserved.div_ceil(RESOLUTION).max(1) * RESOLUTION;
+        let mut hi_retries = outcome.retries;
+        if hi < capacity {
+            replays += 1;
+            match fits(snap, device, &config, hi) {
+                Some(r) => hi_retries = r,
+                None => hi = capacity,
+            }
+        } else {
+            hi = capacity;
+        }
+        let lo = (outcome.lower_bound / RESOLUTION * RESOLUTION).saturating_sub(RESOLUTION);
+        if lo >= hi {
+            Some((hi, hi_retries))
+        } else {
+            let (m, r, n) = bisect(snap, device, &config, lo, hi, hi_retries);
+            replays += n;
+            Some((m, r))
+        }
+    };
+    Ok(Evaluated {
+        candidate: candidate.clone(),
+        outcome,
+        min_device,
+        replays,
+    })
+}
+
+/// Searches [`candidates`] for `device`'s history of `snap` (named `file`); see the module
+/// docs.
+///
+/// # Errors
+/// [`Error::NeedsHistory`] for a state-only snapshot; [`Error::Option`] for an unknown
+/// device; a replay failure.
+pub fn advise(snap: &Snapshot, file: &str, opts: &AdviseOptions) -> Result<Advice, Error> {
+    let device =
+        crate::session::history_device(opts.device, snap)?.ok_or_else(|| Error::NeedsHistory {
+            what: "advise",
+            file: file.to_string(),
+        })?;
+    let capacity = opts
+        .device_memory
+        .unwrap_or(crate::session::DEFAULT_DEVICE_MEMORY as u64);
+    let cands = candidates();
+    let evaluated = par::map(&cands, |c| evaluate(snap, device, c, capacity));
+    let mut evaluated = evaluated.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let replays = evaluated.iter().map(|e| e.replays).sum();
+    let lower_bound = evaluated.first().map_or(0, |e| e.outcome.lower_bound);
+    // Stable: among equal results the simpler candidate (listed first) stays first.
+    evaluated.sort_by(|a, b| {
+        let key = |e: &Evaluated| {
+            (
+                e.outcome.failed_allocs > 0,
+                e.outcome.retries,
+                e.min_device.map_or(u64::MAX, |m| m.0),
+                e.min_device.map_or(i64::MAX, |m| m.1),
+                e.outcome.peak_reserved,
+                e.outcome.device_mallocs,
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let candidates = evaluated
+        .iter()
+        .map(|e| CandidateResult {
+            config: e.candidate.label(),
+            alloc_conf: e.candidate.alloc_conf.clone(),
+            memory_fraction: e.candidate.memory_fraction,
+            peak_reserved_bytes: e.outcome.peak_reserved,
+            peak_allocated_bytes: e.outcome.peak_allocated,
+            fragmentation: crate::report::fragmentation(&e.outcome),
+            device_mallocs: e.outcome.device_mallocs,
+            num_alloc_retries: e.outcome.retries,
+            failed_allocs: e.outcome.failed_allocs,
+            fits: e.outcome.failed_allocs == 0,
+            min_device_memory_bytes: e.min_device.map(|m| m.0),
+            retries_at_min_device_memory: e.min_device.map(|m| m.1),
+            apply: e.candidate.how_to_apply(),
+        })
+        .collect();
+    Ok(Advice {
+        file: file.to_string(),
+        device,
+        events: snap.traces[device].len(),
+        device_memory_bytes: opts.device_memory,
+        lower_bound_bytes: lower_bound,
+        replays,
+        candidates,
+        show: opts.show,
+    })
+}
+
+/// Whether two candidates' results are identical (every figure the table shows).
+fn same_results(a: &CandidateResult, b: &CandidateResult) -> bool {
+    (
+        a.peak_reserved_bytes,
+        a.peak_allocated_bytes,
+        a.device_mallocs,
+        a.num_alloc_retries,
+        a.failed_allocs,
+        a.min_device_memory_bytes,
+        a.retries_at_min_device_memory,
+    ) == (
+        b.peak_reserved_bytes,
+        b.peak_allocated_bytes,
+        b.device_mallocs,
+        b.num_alloc_retries,
+        b.failed_allocs,
+        b.min_device_memory_bytes,
+        b.retries_at_min_device_memory,
+    )
+}
+
+impl Advice {
+    /// The default configuration's row.
+    pub fn default_row(&self) -> Option<&CandidateResult> {
+        self.candidates.iter().find(|c| c.config == "default")
+    }
+
+    /// The text report: the best few candidates, the best one's lines to paste, and how it
+    /// compares with PyTorch's default.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "tensormem advise {}", self.file);
+        let device = match self.device_memory_bytes {
+            Some(b) => format!("device memory {}", format_size(b)),
+            None => "device memory unconstrained".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "  {} history events on device {}; lower bound (peak of live bytes) {}; {}",
+            self.events,
+            self.device,
+            format_size(self.lower_bound_bytes),
+            device
+        );
+        let _ = writeln!(
+            s,
+            "  {} allocator settings replayed from empty, then the smallest device memory that runs \
+             each without OOM\n  (bisection to {}, with PyTorch's free-cache-and-retry path): {} replays",
+            self.candidates.len(),
+            format_size(RESOLUTION),
+            self.replays
+        );
+        let _ = writeln!(s);
+        // Settings with identical results show once (the simplest), with how many share it.
+        let mut groups: Vec<(usize, &CandidateResult, usize)> = Vec::new();
+        for (i, c) in self.candidates.iter().enumerate() {
+            match groups.last_mut() {
+                Some((_, rep, n)) if same_results(rep, c) => *n += 1,
+                _ => groups.push((i, c, 0)),
+            }
+        }
+        let width = groups
+            .iter()
+            .map(|g| g.1.config.len())
+            .max()
+            .unwrap_or(6)
+            .max(6);
+        let _ = writeln!(
+            s,
+            "  {:>4}  {:<width$} {:>13} {:>6} {:>8} {:>8} {:>5}  {:>17} {:>8}",
+            "rank",
+            "config",
+            "peak reserved",
+            "frag",
+            "mallocs",
+            "retries",
+            "OOMs",
+            "min device memory",
+            "retries"
+        );
+        let mut shown: Vec<&(usize, &CandidateResult, usize)> =
+            groups.iter().take(self.show).collect();
+        if !shown.iter().any(|g| g.1.config == "default") {
+            if let Some(d) = groups.iter().find(|g| g.1.config == "default") {
+                shown.push(d);
+            }
+        }
+        for (rank, c, same) in shown.iter().map(|g| (g.0, g.1, g.2)) {
+            let _ = writeln!(
+                s,
+                "  {:>4}  {:<width$} {:>13} {:>6.3} {:>8} {:>8} {:>5}  {:>17} {:>8}{}",
+                rank + 1,
+                c.config,
+                format_size(c.peak_reserved_bytes),
+                c.fragmentation,
+                c.device_mallocs,
+                c.num_alloc_retries,
+                c.failed_allocs,
+                c.min_device_memory_bytes
+                    .map_or("does not fit".to_string(), format_size),
+                c.retries_at_min_device_memory
+                    .map_or("-".to_string(), |r| r.to_string()),
+                if same > 0 {
+                    format!("  (+{same} with the same results)")
+                } else {
+                    String::new()
+                }
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  (peak reserved, frag = peak reserved / lower bound, mallocs, retries and OOMs at the {device};\n   \
+             min device memory: the smallest on which the replay completes, and its retries there)"
+        );
+        let Some(best) = self.candidates.first() else {
+            return s;
+        };
+        let _ = writeln!(s);
+        match best.min_device_memory_bytes {
+            Some(min) => {
+                let _ = writeln!(
+                    s,
+                    "Best: {} -- peak reserved {}, runs without OOM on {} of device memory or more",
+                    best.config,
+                    format_size(best.peak_reserved_bytes),
+                    format_size(min)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "No setting runs without OOM on the {device}; the smallest failure count: {} ({})",
+                    best.config, best.failed_allocs
+                );
+            }
+        }
+        if let Some(d) = self.default_row().filter(|d| d.config != best.config) {
+            let cmp = |a: u64, b: u64| {
+                if a <= b {
+                    format!("{} less", format_size(b - a))
+                } else {
+                    format!("{} more", format_size(a - b))
+                }
+            };
+            let _ = writeln!(
+                s,
+                "  against PyTorch's default: peak reserved {} ({}), smallest device memory {}",
+                cmp(best.peak_reserved_bytes, d.peak_reserved_bytes),
+                format_size(d.peak_reserved_bytes),
+                match (best.min_device_memory_bytes, d.min_device_memory_bytes) {
+                    (Some(a), Some(b)) => format!("{} ({})", cmp(a, b), format_size(b)),
+                    (Some(_), None) => "(the default does not fit)".to_string(),
+                    _ => "n/a".to_string(),
+                }
+            );
+        }
+        for line in &best.apply {
+            let _ = writeln!(s, "  {line}");
+        }
+        let _ = writeln!(
+            s,
+            "  (device memory is what the allocator may reserve: leave room for the CUDA context \
+             and other processes)"
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_candidate_is_a_valid_configuration() {
+        let c = candidates();
+        assert!(c.len() >= 25);
+        assert_eq!(c[0].alloc_conf, "");
+        for cand in &c {
+            let config = cand.config();
+            // The string itself is what the user pastes: PyTorch's syntax, our parser agrees.
+            let alone: AllocatorConfig = cand.alloc_conf.parse().expect("valid");
+            assert_eq!(
+                alone.expandable_segments, config.expandable_segments,
+                "{}",
+                cand.alloc_conf
+            );
+            assert!(!cand.alloc_conf.contains("per_process_memory_fraction"));
+            assert_eq!(
+                config.gc_enabled(),
+                cand.memory_fraction.is_some(),
+                "{}",
+                cand.alloc_conf
+            );
+        }
+    }
+
+    #[test]
+    fn the_lines_to_paste() {
+        let c = Candidate {
+            alloc_conf: "garbage_collection_threshold:0.8".into(),
+            memory_fraction: Some(1.0),
+        };
+        assert_eq!(
+            c.how_to_apply(),
+            vec![
+                "export PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8".to_string(),
+                "torch.cuda.set_per_process_memory_fraction(1.0)   # in the program, before the first allocation"
+                    .to_string()
+            ]
+        );
+        assert_eq!(
+            c.label(),
+            "garbage_collection_threshold:0.8 + memory fraction 1.0"
+        );
+    }
+}

@@ -1,0 +1,604 @@
+//! What a PyTorch user with an OOM asks of tensormem: the dump keeps the recorded stacks,
+//! times and metadata; `--top` says who holds the memory; `advise` finds the setting and the
+//! smallest device memory; `explain` says why an allocation failed; `--html` writes one
+//! self-contained page. Text reports are insta snapshots; real snapshots come from
+//! `../shared/data` (skipped with a message when absent, a failure under `CI=true`).
+
+mod common;
+
+use std::path::Path;
+
+use common::{Format, Scratch, shared_snapshot, stdout, success, synthetic_value, tensormem};
+use serde_json::Value as Json;
+use tensormem::load::load_path;
+use tensormem_pickle::Value;
+
+fn s(key: &str, v: Value) -> (Value, Value) {
+    (Value::str(key), v)
+}
+
+/// The synthetic snapshot with a distinct stack, `compile_context` and `user_metadata` on
+/// every entry, and `external_annotations`.
+fn annotated_synthetic() -> Value {
+    let v = synthetic_value(Format::MODERN);
+    let top = v.as_dict().expect("a dict");
+    let mut out = Vec::new();
+    for (k, val) in top.iter() {
+        let val = match k.as_str() {
+            Some("device_traces") => {
+                let trace = val.as_list().expect("list")[0].as_list().expect("list");
+                let entries = trace
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| {
+                        let mut pairs: Vec<(Value, Value)> = e
+                            .as_dict()
+                            .expect("dict")
+                            .iter()
+                            .filter(|(k, _)| k.as_str() != Some("frames"))
+                            .cloned()
+                            .collect();
+                        let frames = Value::list(vec![
+                            Value::dict(vec![
+                                s("name", Value::str("at::empty")),
+                                s("filename", Value::str("??")),
+                                s("line", Value::Int(0)),
+                            ]),
+                            Value::dict(vec![
+                                s("name", Value::str(&format!("layer{}", i % 3))),
+                                s("filename", Value::str("/home/me/model.py")),
+                                s("line", Value::Int(10 + (i % 3) as i64)),
+                            ]),
+                        ]);
+                        pairs.push(s("frames", frames));
+                        pairs.push(s("compile_context", Value::str(&format!("cc{i}"))));
+                        pairs.push(s("user_metadata", Value::str(&format!("um{i}"))));
+                        Value::dict(pairs)
+                    })
+                    .collect();
+                Value::list(vec![Value::list(entries)])
+            }
+            Some("external_annotations") => Value::list(vec![Value::dict(vec![
+                s("stage", Value::str("START")),
+                s("name", Value::str("forward")),
+                s("device", Value::Int(0)),
+                s("time_us", Value::Int(1_700_000_000_000_000)),
+            ])]),
+            _ => val.clone(),
+        };
+        out.push((k.clone(), val));
+    }
+    Value::dict(out)
+}
+
+fn annotated_dir() -> Scratch {
+    let dir = Scratch::new("annotated");
+    dir.write(
+        "annotated.pickle",
+        &tensormem_pickle::encode(&annotated_synthetic()),
+    );
+    dir
+}
+
+/// (action, frames as strings, time, compile_context, user_metadata) of each `alloc`,
+/// `free_requested` and `segment_alloc` entry.
+type EntryFacts = (
+    String,
+    Vec<String>,
+    Option<u64>,
+    Option<String>,
+    Option<String>,
+);
+
+fn facts(path: &Path, actions: &[&str]) -> Vec<EntryFacts> {
+    let snap = load_path(path).expect("loads");
+    snap.traces[0]
+        .iter()
+        .filter(|e| actions.contains(&e.action.as_str()))
+        .map(|e| {
+            (
+                e.action.as_str().to_string(),
+                e.frames
+                    .iter()
+                    .flat_map(|f| f.iter())
+                    .map(tensormem::top_sites::format_frame)
+                    .collect(),
+                e.time_us,
+                e.compile_context.clone(),
+                e.user_metadata.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Dump -> reload: the frames, times, compile_context and user_metadata of every replayed
+/// entry (allocations and frees; with parity also segment allocations), and the external
+/// annotations, equal the input's.
+fn assert_dump_keeps_what_the_input_carries(dir: &Path, file: &str, extra: &[&str]) {
+    let mut args = vec!["replay", file, "--dump", "dump.pickle"];
+    args.extend(extra);
+    success(&tensormem(dir, &args));
+    let actions: &[&str] = if extra.contains(&"--from-empty") {
+        &["alloc", "free_requested"]
+    } else {
+        &["alloc", "free_requested", "segment_alloc"]
+    };
+    let input = facts(&dir.join(file), actions);
+    let dumped = facts(&dir.join("dump.pickle"), actions);
+    assert!(!input.is_empty());
+    assert_eq!(dumped, input, "entry by entry");
+    let annotations = |p: &Path| load_path(p).expect("loads").external_annotations;
+    assert_eq!(
+        annotations(&dir.join("dump.pickle")),
+        annotations(&dir.join(file))
+    );
+}
+
+#[test]
+fn dump_keeps_frames_times_and_metadata_parity() {
+    let dir = annotated_dir();
+    assert_dump_keeps_what_the_input_carries(dir.path(), "annotated.pickle", &[]);
+}
+
+#[test]
+fn dump_keeps_frames_times_and_metadata_from_empty() {
+    let dir = annotated_dir();
+    assert_dump_keeps_what_the_input_carries(dir.path(), "annotated.pickle", &["--from-empty"]);
+}
+
+/// A what-if replay under another setting still carries each allocation's recorded stack:
+/// the n-th alloc of our dump has the n-th recorded alloc's frames and time, and blocks
+/// allocated at the end carry their allocation's stack.
+#[test]
+fn a_what_if_dump_attaches_the_original_frames() {
+    let dir = annotated_dir();
+    success(&tensormem(
+        dir.path(),
+        &[
+            "replay",
+            "annotated.pickle",
+            "--from-empty",
+            "--alloc-conf",
+            "expandable_segments:True",
+            "--dump",
+            "dump.pickle",
+        ],
+    ));
+    let allocs = |p: &Path| -> Vec<EntryFacts> { facts(p, &["alloc"]) };
+    assert_eq!(
+        allocs(&dir.path().join("dump.pickle")),
+        allocs(&dir.path().join("annotated.pickle"))
+    );
+    let dump = load_path(&dir.path().join("dump.pickle")).expect("loads");
+    let held: Vec<_> = dump
+        .segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.state == c10_cuda::snapshot::BlockState::ActiveAllocated)
+        .collect();
+    assert!(!held.is_empty());
+    assert!(
+        held.iter().all(|b| b.frames.is_some()),
+        "every held block has its stack"
+    );
+}
+
+#[rstest::rstest]
+#[case::gpt2small_with_compile_context("gpt2small_trainstep_steady.pickle")]
+#[case::lm2_7b_with_annotations("lm2.7b_ctx128_trainstep_fp32.pickle")]
+fn dump_of_a_shared_snapshot_keeps_what_it_carries(#[case] file: &str) {
+    let Some(path) = shared_snapshot(file) else {
+        return;
+    };
+    let dir = Scratch::new("dump-keeps");
+    std::fs::copy(&path, dir.path().join(file)).expect("copy");
+    assert_dump_keeps_what_the_input_carries(dir.path(), file, &[]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// --top
+
+#[test]
+fn top_sites_text_and_json() {
+    let dir = annotated_dir();
+    let text = success(&tensormem(
+        dir.path(),
+        &[
+            "replay",
+            "annotated.pickle",
+            "--top",
+            "3",
+            "--from-empty",
+            "--sweep",
+        ],
+    ));
+    insta::assert_snapshot!("top_sites_synthetic", text);
+    let doc: Json = serde_json::from_str(&success(&tensormem(
+        dir.path(),
+        &["replay", "annotated.pickle", "--top", "2", "--json"],
+    )))
+    .expect("json");
+    let sites = doc["top_sites"].as_array().expect("top_sites is a list");
+    assert_eq!(sites.len(), 2);
+    for s in sites {
+        let keys: Vec<&str> = s
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["bytes", "count", "site"]);
+    }
+    let bytes: Vec<u64> = sites.iter().map(|s| s["bytes"].as_u64().unwrap()).collect();
+    assert!(bytes[0] >= bytes[1], "largest first: {bytes:?}");
+    assert!(doc["top_sites_at_end"].is_array());
+    // The sites sum to the live requested bytes: at the end of the synthetic history the
+    // allocations 600 + 4096 + 2 MiB + 5 MiB are live (the 40 MiB one was freed).
+    let at_end: u64 = doc["top_sites_at_end"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["bytes"].as_u64().unwrap())
+        .sum();
+    let full: Json = serde_json::from_str(&success(&tensormem(
+        dir.path(),
+        &["replay", "annotated.pickle", "--top", "100", "--json"],
+    )))
+    .expect("json");
+    let all_end: u64 = full["top_sites_at_end"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["bytes"].as_u64().unwrap())
+        .sum();
+    assert!(at_end <= all_end);
+    assert_eq!(all_end, 600 + 4096 + (2 << 20) + (5 << 20));
+    // With --stack each site carries its stack.
+    let doc: Json = serde_json::from_str(&success(&tensormem(
+        dir.path(),
+        &[
+            "replay",
+            "annotated.pickle",
+            "--top",
+            "1",
+            "--stack",
+            "--json",
+        ],
+    )))
+    .expect("json");
+    assert_eq!(
+        doc["top_sites"][0]["stack"].as_array().map(Vec::len),
+        Some(2)
+    );
+}
+
+#[test]
+fn top_sites_on_a_shared_snapshot() {
+    let Some(path) = shared_snapshot("lm2.7b_ctx128_trainstep_fp32.pickle") else {
+        return;
+    };
+    let dir = Scratch::new("top-shared");
+    let text = success(&tensormem(
+        dir.path(),
+        &["replay", path.to_str().unwrap(), "--top", "5"],
+    ));
+    let start = text.find("\nTop call sites").expect("a top-sites section");
+    let end = text.find("\nmemory_summary()").expect("then the summaries");
+    insta::assert_snapshot!("top_sites_lm2.7b_trainstep", &text[start..end]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// advise and explain on every shared snapshot
+
+const SHARED: [&str; 9] = [
+    "diffusion_eval_state.pickle",
+    "expandable_segments_state.pickle",
+    "gpt2small_trainstep_steady.pickle",
+    "lm2.7b_ctx128_forward_fp32.pickle",
+    "lm2.7b_ctx128_trainstep_fp32.pickle",
+    "lm2.7b_ctx512_forward_bf16.pickle",
+    "lm_small_forward_bf16.pickle",
+    "lm_small_forward_from_empty.pickle",
+    "opt1.3b_inference_at_oom_state.pickle",
+];
+
+/// Runs `tensormem <command> FILE` in the shared folder (so reports name the file alone);
+/// stdout, or the error line for a failure.
+fn on_shared(command: &str, file: &str, extra: &[&str]) -> Option<String> {
+    let path = shared_snapshot(file)?;
+    let dir = path.parent().expect("a folder");
+    let mut args = vec![command, file];
+    args.extend(extra);
+    let o = tensormem(dir, &args);
+    Some(if o.status.success() {
+        stdout(&o)
+    } else {
+        common::stderr(&o)
+    })
+}
+
+#[test]
+fn advise_on_every_shared_snapshot() {
+    for file in SHARED {
+        let Some(text) = on_shared("advise", file, &[]) else {
+            return;
+        };
+        insta::assert_snapshot!(format!("advise_{file}"), text);
+    }
+}
+
+#[test]
+fn explain_on_every_shared_snapshot() {
+    for file in SHARED {
+        let Some(text) = on_shared("explain", file, &[]) else {
+            return;
+        };
+        insta::assert_snapshot!(format!("explain_{file}"), text);
+    }
+}
+
+/// The target: on lm2.7b_ctx128_trainstep_fp32, advise finds a setting whose smallest
+/// device memory is at or below the expandable-segments peak of the standard sweep, and
+/// prints it.
+#[test]
+fn advise_beats_the_expandable_segments_peak_on_lm2_7b() {
+    let file = "lm2.7b_ctx128_trainstep_fp32.pickle";
+    let Some(json) = on_shared("advise", file, &["--json"]) else {
+        return;
+    };
+    let advice: Json = serde_json::from_str(&json).expect("json");
+    let sweep: Json = serde_json::from_str(
+        &on_shared("replay", file, &["--from-empty", "--sweep", "--json"]).expect("present"),
+    )
+    .expect("json");
+    let expandable = sweep["sweep"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["alloc_conf"] == "expandable_segments:True")
+        .expect("an expandable row")["peak_reserved_bytes"]
+        .as_u64()
+        .unwrap();
+    let best = &advice["candidates"][0];
+    let min = best["min_device_memory_bytes"].as_u64().expect("it fits");
+    assert!(min <= expandable, "{min} > {expandable}");
+    let text = on_shared("advise", file, &[]).expect("present");
+    let shown = c10_cuda::summary::format_size(min);
+    assert!(
+        text.contains(&format!("runs without OOM on {shown} of device memory")),
+        "{text}"
+    );
+    assert!(text.contains("export PYTORCH_CUDA_ALLOC_CONF="));
+}
+
+/// The advise JSON schema, and its invariants: best first, every smallest device memory at or
+/// above the live-bytes lower bound, and the default among the candidates.
+#[test]
+fn advise_json_schema_and_invariants() {
+    let dir = annotated_dir();
+    let doc: Json = serde_json::from_str(&success(&tensormem(
+        dir.path(),
+        &[
+            "advise",
+            "annotated.pickle",
+            "--json",
+            "--device-memory",
+            "60MiB",
+        ],
+    )))
+    .expect("json");
+    let top: Vec<&str> = doc
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        top,
+        [
+            "candidates",
+            "device",
+            "device_memory_bytes",
+            "events",
+            "file",
+            "lower_bound_bytes",
+            "replays"
+        ]
+    );
+    assert_eq!(doc["device_memory_bytes"], 60 << 20);
+    let lower = doc["lower_bound_bytes"].as_u64().unwrap();
+    let cands = doc["candidates"].as_array().unwrap();
+    assert!(cands.len() >= 25);
+    let keys: Vec<&str> = cands[0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "alloc_conf",
+            "apply",
+            "config",
+            "device_mallocs",
+            "failed_allocs",
+            "fits",
+            "fragmentation",
+            "memory_fraction",
+            "min_device_memory_bytes",
+            "num_alloc_retries",
+            "peak_allocated_bytes",
+            "peak_reserved_bytes",
+            "retries_at_min_device_memory"
+        ]
+    );
+    let mut seen_misfit = false;
+    for c in cands {
+        if c["fits"] == true {
+            assert!(!seen_misfit, "settings that fit come first");
+            let min = c["min_device_memory_bytes"].as_u64().unwrap();
+            assert!(min >= lower, "{c}");
+            assert!(min <= 60 << 20, "{c}");
+            assert_eq!(min % (2 << 20), 0);
+        } else {
+            seen_misfit = true;
+            assert!(c["min_device_memory_bytes"].is_null());
+        }
+    }
+    assert!(
+        cands
+            .iter()
+            .any(|c| c["config"] == "default" && c["alloc_conf"] == "")
+    );
+}
+
+#[test]
+fn advise_on_a_state_only_snapshot_is_one_error_line() {
+    let dir = Scratch::new("advise-state");
+    let mut v = synthetic_value(Format::MODERN);
+    if let Some(d) = v.as_dict() {
+        let pairs: Vec<(Value, Value)> = d
+            .iter()
+            .filter(|(k, _)| k.as_str() != Some("device_traces"))
+            .cloned()
+            .collect();
+        v = Value::dict(pairs);
+    }
+    dir.write("state.pickle", &tensormem_pickle::encode(&v));
+    let o = tensormem(dir.path(), &["advise", "state.pickle"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        common::stderr(&o),
+        "tensormem: error: advise: state.pickle holds state only (no memory history to replay)\n"
+    );
+}
+
+/// An OOM made by replaying the synthetic history on a device too small for it, dumped, then
+/// explained: the failed request, free space per pool, call sites and the setting that fits.
+#[test]
+fn explain_an_oom_entry() {
+    let dir = annotated_dir();
+    let replayed = success(&tensormem(
+        dir.path(),
+        &[
+            "replay",
+            "annotated.pickle",
+            "--from-empty",
+            "--device-memory",
+            "60MiB",
+            "--dump",
+            "oom.pickle",
+        ],
+    ));
+    assert!(replayed.contains("device memory 60.00 MiB"), "{replayed}");
+    let text = success(&tensormem(dir.path(), &["explain", "oom.pickle"]));
+    insta::assert_snapshot!("explain_synthetic_oom", text);
+    let doc: Json = serde_json::from_str(&success(&tensormem(
+        dir.path(),
+        &["explain", "oom.pickle", "--json"],
+    )))
+    .expect("json");
+    assert_eq!(doc["moment"], "oom_entry");
+    assert_eq!(doc["request"]["size"], 40 << 20);
+    assert_eq!(doc["request"]["pool"], "large");
+    let large = doc["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pool"] == "large")
+        .expect("a large pool");
+    assert_eq!(large["fits_request"], false);
+    assert!(doc["unknown"].as_array().unwrap().is_empty());
+    // On 60 MiB nothing fits: PyTorch 2.7.1's own allocator (torch-oracle) fails this request
+    // with expandable segments too (22 MiB reserved, 38 MiB free, 40 MiB asked for).
+    let cands = doc["advice"]["candidates"].as_array().unwrap();
+    assert!(cands.iter().all(|c| c["fits"] == false));
+    assert!(text.contains("no allocator setting fits"));
+}
+
+/// On a real history made to fail (lm_small on a 3 GiB device), explain finds a setting that
+/// would have avoided the OOM.
+#[test]
+fn explain_an_oom_of_a_shared_snapshot() {
+    let Some(path) = shared_snapshot("lm_small_forward_from_empty.pickle") else {
+        return;
+    };
+    let dir = Scratch::new("explain-shared");
+    success(&tensormem(
+        dir.path(),
+        &[
+            "replay",
+            path.to_str().unwrap(),
+            "--from-empty",
+            "--device-memory",
+            "3GiB",
+            "--dump",
+            "lm_small_oom.pickle",
+        ],
+    ));
+    let text = success(&tensormem(dir.path(), &["explain", "lm_small_oom.pickle"]));
+    insta::assert_snapshot!("explain_lm_small_on_3gib", text);
+    let doc: Json = serde_json::from_str(&success(&tensormem(
+        dir.path(),
+        &["explain", "lm_small_oom.pickle", "--json"],
+    )))
+    .expect("json");
+    let best = &doc["advice"]["candidates"][0];
+    assert_eq!(best["fits"], true);
+    assert!(best["min_device_memory_bytes"].as_u64().unwrap() <= 3 << 30);
+}
+
+// ---------------------------------------------------------------------------------------------
+// --html
+
+fn assert_self_contained(html: &str) {
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.trim_end().ends_with("</html>"));
+    for needle in ["<script", "src=", "href=", "@import", "url("] {
+        assert!(
+            !html.contains(needle),
+            "the page loads nothing: found {needle}"
+        );
+    }
+    // Namespaces are identifiers, not fetches; nothing else names a network location.
+    let without_ns = html.replace("http://www.w3.org/2000/svg", "");
+    assert!(!without_ns.contains("http://") && !without_ns.contains("https://"));
+}
+
+#[test]
+fn html_report_of_a_replay_and_of_advise() {
+    let dir = annotated_dir();
+    let text = success(&tensormem(
+        dir.path(),
+        &[
+            "replay",
+            "annotated.pickle",
+            "--from-empty",
+            "--sweep",
+            "--html",
+            "r.html",
+        ],
+    ));
+    assert!(text.contains("HTML report written to r.html"));
+    let html = std::fs::read_to_string(dir.path().join("r.html")).expect("written");
+    assert_self_contained(&html);
+    for part in [
+        "Memory over time, per configuration",
+        "Peaks per configuration",
+        "Top call sites at the reserved peak",
+        "Segments at the reserved peak",
+        "expandable_segments:True: reserved",
+        "/home/me/model.py:",
+    ] {
+        assert!(html.contains(part), "{part}");
+    }
+    success(&tensormem(
+        dir.path(),
+        &["advise", "annotated.pickle", "--html", "a.html"],
+    ));
+    let html = std::fs::read_to_string(dir.path().join("a.html")).expect("written");
+    assert_self_contained(&html);
+    assert!(html.contains("Allocator settings, best first"));
+    assert!(html.contains("export PYTORCH_CUDA_ALLOC_CONF="));
+}
