@@ -97,8 +97,9 @@ impl PushOptions {
 /// Which engine (MXNet's `MXNET_ENGINE_TYPE` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EngineKind {
-    /// `NaiveEngine`: every op runs inline in `push`, synchronously; errors are returned by
-    /// the push itself.
+    /// `NaiveEngine`: every op runs inline in `push`, synchronously, on the pushing thread;
+    /// pushes from several threads run one op at a time; errors are returned by the push
+    /// itself.
     Naive,
     /// `ThreadedEngine` (MXNet's `ThreadedEnginePooled`): one shared worker pool for all ops,
     /// plus one copy worker for `CopyFromGPU` / `CopyToGPU` ops.

@@ -51,6 +51,7 @@ mod latch;
 mod naive;
 #[cfg(all(feature = "aten", not(loom)))]
 pub mod ndarray;
+mod op_lock;
 mod opr;
 mod per_device;
 mod pooled;
