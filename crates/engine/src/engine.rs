@@ -335,7 +335,7 @@ pub trait Engine: Send + Sync {
     fn new_variable(&self) -> Var;
 
     /// Pushes a built op (MXNet's `PushAsync` / `PushSync`). Returns at once on threaded
-    /// engines; runs the op on the naive engine.
+    /// engines; runs the op on the naive engine (after the op another thread runs, if any).
     ///
     /// # Errors
     /// [`EngineError::VarDeleted`], [`EngineError::ForeignVar`], [`EngineError::Stopped`],

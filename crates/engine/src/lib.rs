@@ -48,7 +48,6 @@ mod engine;
 mod error;
 mod latch;
 mod naive;
-mod op_lock;
 mod opr;
 mod per_device;
 mod pooled;

@@ -1,8 +1,9 @@
 //! The naive engine (MXNet's `NaiveEngine`): every op runs inline in `push`, synchronously, on
-//! the pushing thread, under one engine-wide re-entrant lock ([`OpLock`]) so that pushes from
-//! several threads run one op at a time; errors are returned by the push itself (and therefore
-//! never stored on variables). For debugging and as the no-scheduling baseline.
+//! the pushing thread, under one engine-wide re-entrant lock so that pushes from several
+//! threads run one op at a time; errors are returned by the push itself (and therefore never
+//! stored on variables). For debugging and as the no-scheduling baseline.
 
+use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -10,10 +11,9 @@ use crate::context::Context;
 use crate::engine::{DeleteFn, Engine, EngineConfig, EngineKind, FnProperty};
 use crate::error::{EngineError, ErrorSlot, OpResult, Result};
 use crate::latch::Latch;
-use crate::op_lock::OpLock;
 use crate::opr::{Completion, CompletionSink, OpRef, Operator, OperatorFn, Task, op_error};
 use crate::stream::{RunContext, Stream, StreamKind, StreamProvider};
-use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, ReentrantMutex};
 use crate::threaded::next_id;
 use crate::var::{Grant, Var};
 
@@ -41,13 +41,13 @@ use crate::var::{Grant, Var};
 /// naive engines push to each other's engine (two locks taken in opposite orders).
 pub struct NaiveEngine {
     id: u64,
-    /// Held while an op runs (and by waits, to wait for the op another thread runs).
-    lock: OpLock,
+    /// Held while an op runs (and taken by waits, to wait for the op another thread runs);
+    /// it guards one stream per context, taken out while an op uses it (a nested op makes its
+    /// own).
+    lock: ReentrantMutex<RefCell<Vec<StreamSlot>>>,
     bulk_size: AtomicUsize,
     stopped: AtomicBool,
     provider: Arc<dyn StreamProvider>,
-    /// One stream per context, taken out while an op runs (a nested push makes its own).
-    streams: Mutex<Vec<StreamSlot>>,
 }
 
 impl std::fmt::Debug for NaiveEngine {
@@ -93,11 +93,10 @@ impl NaiveEngine {
     pub fn with_config(config: &EngineConfig) -> Self {
         NaiveEngine {
             id: next_id(),
-            lock: OpLock::new(),
+            lock: ReentrantMutex::new(RefCell::new(Vec::new())),
             bulk_size: AtomicUsize::new(config.bulk_size),
             stopped: AtomicBool::new(false),
             provider: Arc::clone(&config.streams),
-            streams: Mutex::new(Vec::new()),
         }
     }
 
@@ -116,20 +115,24 @@ impl NaiveEngine {
         Ok(())
     }
 
-    fn take_stream(&self, ctx: Context) -> Box<dyn Stream> {
-        let mut streams = self.streams.lock();
-        match streams.iter_mut().find(|(c, _)| *c == ctx) {
-            Some((_, slot)) => slot.take(),
-            None => {
-                streams.push((ctx, None));
-                None
+    /// `ctx`'s stream, or a new one while it is in use (by an outer op of this thread).
+    fn take_stream(&self, streams: &RefCell<Vec<StreamSlot>>, ctx: Context) -> Box<dyn Stream> {
+        let taken = {
+            let mut streams = streams.borrow_mut();
+            match streams.iter_mut().find(|(c, _)| *c == ctx) {
+                Some((_, slot)) => slot.take(),
+                None => {
+                    streams.push((ctx, None));
+                    None
+                }
             }
-        }
-        .unwrap_or_else(|| self.provider.new_stream(ctx, StreamKind::Compute))
+        };
+        // The provider runs with no borrow held.
+        taken.unwrap_or_else(|| self.provider.new_stream(ctx, StreamKind::Compute))
     }
 
-    fn put_stream(&self, ctx: Context, stream: Box<dyn Stream>) {
-        let mut streams = self.streams.lock();
+    fn put_stream(streams: &RefCell<Vec<StreamSlot>>, ctx: Context, stream: Box<dyn Stream>) {
+        let mut streams = streams.borrow_mut();
         if let Some((_, slot)) = streams.iter_mut().find(|(c, _)| *c == ctx)
             && slot.is_none()
         {
@@ -137,9 +140,10 @@ impl NaiveEngine {
         }
     }
 
-    /// Runs an op inline and bumps the versions of what it wrote.
-    fn run(&self, op: OpRef) -> Result<()> {
-        let mut stream = self.take_stream(op.ctx);
+    /// Runs an op inline and bumps the versions of what it wrote; the caller holds the lock
+    /// and lends its streams.
+    fn run(&self, streams: &RefCell<Vec<StreamSlot>>, op: OpRef) -> Result<()> {
+        let mut stream = self.take_stream(streams, op.ctx);
         let mut rctx = RunContext {
             ctx: op.ctx,
             stream: &mut *stream,
@@ -162,7 +166,7 @@ impl NaiveEngine {
                 Err(panic) => Err(EngineError::from_panic(op.name, panic)),
             }
         };
-        self.put_stream(op.ctx, stream);
+        Self::put_stream(streams, op.ctx, stream);
         let mut none: Vec<Grant<OpRef, Arc<Latch>>> = Vec::new();
         for v in op.writes() {
             let mut st = v.0.state.lock();
@@ -186,17 +190,17 @@ impl Engine for NaiveEngine {
     fn push_task(&self, task: Task) -> Result<()> {
         // The checks run under the lock: a deletion or a stop by another thread is ordered
         // before or after this push, never between its check and its run.
-        let _op = self.lock.enter();
+        let streams = self.lock.lock();
         self.check(task.op.vars.as_slice())?;
-        self.run(task.op)
+        self.run(&streams, task.op)
     }
 
     fn delete_variable(&self, var: &Var, ctx: Context, delete_fn: Option<DeleteFn>) -> Result<()> {
-        let _op = self.lock.enter();
+        let streams = self.lock.lock();
         self.check(std::slice::from_ref(var))?;
         var.0.deleted.store(true, Ordering::Release);
         let task = Task::delete_variable(var, ctx, delete_fn);
-        self.run(task.op)
+        self.run(&streams, task.op)
     }
 
     fn new_operator(
@@ -268,7 +272,7 @@ impl Engine for NaiveEngine {
     /// 1 while an op runs (on any thread), else 0. Pushes blocked behind the running op are
     /// not counted: the naive engine takes a push when it runs it.
     fn num_pending(&self) -> usize {
-        usize::from(self.lock.is_held())
+        usize::from(self.lock.is_locked())
     }
 }
 
@@ -276,7 +280,7 @@ impl NaiveEngine {
     /// Waits until the op another thread runs now (if any) is done; returns at once inside an
     /// op of this engine (this thread holds the lock already).
     fn wait_running(&self) {
-        drop(self.lock.enter());
+        drop(self.lock.lock());
     }
 
     fn check_owner(&self, var: &Var) -> Result<()> {
