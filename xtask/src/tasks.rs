@@ -288,6 +288,8 @@ pub fn loom() -> TaskResult {
         "loom_var",
         "--test",
         "loom_opr",
+        "--test",
+        "loom_naive",
     ])
     .env("RUSTFLAGS", "--cfg loom")
     .env("CARGO_TARGET_DIR", target);

@@ -97,8 +97,9 @@ impl PushOptions {
 /// Which engine (MXNet's `MXNET_ENGINE_TYPE` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EngineKind {
-    /// `NaiveEngine`: every op runs inline in `push`, synchronously; errors are returned by
-    /// the push itself.
+    /// `NaiveEngine`: every op runs inline in `push`, synchronously, on the pushing thread;
+    /// pushes from several threads run one op at a time; errors are returned by the push
+    /// itself.
     Naive,
     /// `ThreadedEngine` (MXNet's `ThreadedEnginePooled`): one shared worker pool for all ops,
     /// plus one copy worker for `CopyFromGPU` / `CopyToGPU` ops.
@@ -334,7 +335,7 @@ pub trait Engine: Send + Sync {
     fn new_variable(&self) -> Var;
 
     /// Pushes a built op (MXNet's `PushAsync` / `PushSync`). Returns at once on threaded
-    /// engines; runs the op on the naive engine.
+    /// engines; runs the op on the naive engine (after the op another thread runs, if any).
     ///
     /// # Errors
     /// [`EngineError::VarDeleted`], [`EngineError::ForeignVar`], [`EngineError::Stopped`],

@@ -19,11 +19,10 @@
 //! | `CallbackOnComplete` / `RunContext` / `Context` | [`Completion`] / [`RunContext`] / [`Context`] |
 //! | `FnProperty`, `VarHandle`, `OprHandle` | [`FnProperty`], [`Var`], [`Operator`] |
 //!
-//! With the `aten` feature (on by default), the `ndarray` module is MXNet's `NDArray` over
-//! aten's `Tensor`: an array paired with a variable, whose ops are pushed with the inputs'
-//! variables as const vars and the output's as mutable var (`WaitToRead`, `WaitToWrite`,
-//! `SyncCopyFromCPU`, `SyncCopyToCPU`, `CopyFromTo`). Without it (`default-features = false`)
-//! the engine is tensor-agnostic and depends on no crate of this workspace.
+//! The engine is tensor-agnostic and depends on no crate of this workspace; MXNet's `NDArray`
+//! over aten's `Tensor` (an array paired with a variable, whose ops are pushed with the
+//! inputs' variables as const vars and the output's as mutable var) is the `engine-ndarray`
+//! crate.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -49,8 +48,6 @@ mod engine;
 mod error;
 mod latch;
 mod naive;
-#[cfg(all(feature = "aten", not(loom)))]
-pub mod ndarray;
 mod opr;
 mod per_device;
 mod pooled;
@@ -69,8 +66,6 @@ pub use crate::engine::{
 };
 pub use crate::error::{EngineError, OpResult, Result};
 pub use crate::naive::NaiveEngine;
-#[cfg(all(feature = "aten", not(loom)))]
-pub use crate::ndarray::{NDArray, NDArrayError};
 pub use crate::opr::{AsyncFn, Completion, Operator, OperatorFn, SyncFn, Task};
 pub use crate::stream::{NoStream, NoStreams, RunContext, Stream, StreamKind, StreamProvider};
 pub use crate::threaded::ThreadedEngine;

@@ -1,7 +1,9 @@
-//! The naive engine (MXNet's `NaiveEngine`): every op runs inline in `push`, synchronously,
-//! with no dependency tracking beyond versions; errors are returned by the push itself (and
-//! therefore never stored on variables). For debugging and as the no-scheduling baseline.
+//! The naive engine (MXNet's `NaiveEngine`): every op runs inline in `push`, synchronously, on
+//! the pushing thread, under one engine-wide re-entrant lock so that pushes from several
+//! threads run one op at a time; errors are returned by the push itself (and therefore never
+//! stored on variables). For debugging and as the no-scheduling baseline.
 
+use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -11,21 +13,41 @@ use crate::error::{EngineError, ErrorSlot, OpResult, Result};
 use crate::latch::Latch;
 use crate::opr::{Completion, CompletionSink, OpRef, Operator, OperatorFn, Task, op_error};
 use crate::stream::{RunContext, Stream, StreamKind, StreamProvider};
-use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, ReentrantMutex};
 use crate::threaded::next_id;
 use crate::var::{Grant, Var};
 
-/// The naive engine: runs each op inline in `push` (MXNet's `NaiveEngine`).
+/// The naive engine: runs each op inline in `push`, on the pushing thread (MXNet's
+/// `NaiveEngine`).
 ///
-/// `push_async` blocks until the op's [`Completion`] is called (from any thread). Waits return
-/// at once (nothing is ever pending). `set_bulk_size` is recorded but changes nothing.
+/// `push_async` blocks until the op's [`Completion`] is called (from any thread).
+/// `set_bulk_size` is recorded but changes nothing.
+///
+/// # Threads
+///
+/// MXNet's naive engine is single-threaded; this one may be used from many threads at once
+/// (the [`Engine`] promise). An op runs while its pushing thread holds the engine's one lock,
+/// so at most one op body runs at any moment (readers of a variable never run in parallel
+/// here): ops pushed from different threads are serialised, each thread's in its push order,
+/// and a push blocks while another thread's op runs. A wait (`wait_for_var`, `wait_to_write`,
+/// `wait_for_all`) or `stop` from another thread blocks until the op running now is done;
+/// nothing else is ever pending.
+///
+/// An op body may push to the same engine (the nested op runs at once, inline, as in MXNet)
+/// and may call its waits, which return at once: its thread holds the lock already. What
+/// deadlocks here (and not on the threaded engines, whose pushes never block): an op body
+/// that blocks on another thread which pushes to or waits on this engine first, an async op
+/// whose completion is called only after such a push or wait, and two threads whose ops on two
+/// naive engines push to each other's engine (two locks taken in opposite orders).
 pub struct NaiveEngine {
     id: u64,
+    /// Held while an op runs (and taken by waits, to wait for the op another thread runs);
+    /// it guards one stream per context, taken out while an op uses it (a nested op makes its
+    /// own).
+    lock: ReentrantMutex<RefCell<Vec<StreamSlot>>>,
     bulk_size: AtomicUsize,
     stopped: AtomicBool,
     provider: Arc<dyn StreamProvider>,
-    /// One stream per context, taken out while an op runs (a nested push makes its own).
-    streams: Mutex<Vec<StreamSlot>>,
 }
 
 impl std::fmt::Debug for NaiveEngine {
@@ -71,10 +93,10 @@ impl NaiveEngine {
     pub fn with_config(config: &EngineConfig) -> Self {
         NaiveEngine {
             id: next_id(),
+            lock: ReentrantMutex::new(RefCell::new(Vec::new())),
             bulk_size: AtomicUsize::new(config.bulk_size),
             stopped: AtomicBool::new(false),
             provider: Arc::clone(&config.streams),
-            streams: Mutex::new(Vec::new()),
         }
     }
 
@@ -93,20 +115,24 @@ impl NaiveEngine {
         Ok(())
     }
 
-    fn take_stream(&self, ctx: Context) -> Box<dyn Stream> {
-        let mut streams = self.streams.lock();
-        match streams.iter_mut().find(|(c, _)| *c == ctx) {
-            Some((_, slot)) => slot.take(),
-            None => {
-                streams.push((ctx, None));
-                None
+    /// `ctx`'s stream, or a new one while it is in use (by an outer op of this thread).
+    fn take_stream(&self, streams: &RefCell<Vec<StreamSlot>>, ctx: Context) -> Box<dyn Stream> {
+        let taken = {
+            let mut streams = streams.borrow_mut();
+            match streams.iter_mut().find(|(c, _)| *c == ctx) {
+                Some((_, slot)) => slot.take(),
+                None => {
+                    streams.push((ctx, None));
+                    None
+                }
             }
-        }
-        .unwrap_or_else(|| self.provider.new_stream(ctx, StreamKind::Compute))
+        };
+        // The provider runs with no borrow held.
+        taken.unwrap_or_else(|| self.provider.new_stream(ctx, StreamKind::Compute))
     }
 
-    fn put_stream(&self, ctx: Context, stream: Box<dyn Stream>) {
-        let mut streams = self.streams.lock();
+    fn put_stream(streams: &RefCell<Vec<StreamSlot>>, ctx: Context, stream: Box<dyn Stream>) {
+        let mut streams = streams.borrow_mut();
         if let Some((_, slot)) = streams.iter_mut().find(|(c, _)| *c == ctx)
             && slot.is_none()
         {
@@ -114,9 +140,10 @@ impl NaiveEngine {
         }
     }
 
-    /// Runs an op inline and bumps the versions of what it wrote.
-    fn run(&self, op: OpRef) -> Result<()> {
-        let mut stream = self.take_stream(op.ctx);
+    /// Runs an op inline and bumps the versions of what it wrote; the caller holds the lock
+    /// and lends its streams.
+    fn run(&self, streams: &RefCell<Vec<StreamSlot>>, op: OpRef) -> Result<()> {
+        let mut stream = self.take_stream(streams, op.ctx);
         let mut rctx = RunContext {
             ctx: op.ctx,
             stream: &mut *stream,
@@ -139,7 +166,7 @@ impl NaiveEngine {
                 Err(panic) => Err(EngineError::from_panic(op.name, panic)),
             }
         };
-        self.put_stream(op.ctx, stream);
+        Self::put_stream(streams, op.ctx, stream);
         let mut none: Vec<Grant<OpRef, Arc<Latch>>> = Vec::new();
         for v in op.writes() {
             let mut st = v.0.state.lock();
@@ -161,15 +188,19 @@ impl Engine for NaiveEngine {
     }
 
     fn push_task(&self, task: Task) -> Result<()> {
+        // The checks run under the lock: a deletion or a stop by another thread is ordered
+        // before or after this push, never between its check and its run.
+        let streams = self.lock.lock();
         self.check(task.op.vars.as_slice())?;
-        self.run(task.op)
+        self.run(&streams, task.op)
     }
 
     fn delete_variable(&self, var: &Var, ctx: Context, delete_fn: Option<DeleteFn>) -> Result<()> {
+        let streams = self.lock.lock();
         self.check(std::slice::from_ref(var))?;
         var.0.deleted.store(true, Ordering::Release);
         let task = Task::delete_variable(var, ctx, delete_fn);
-        self.run(task.op)
+        self.run(&streams, task.op)
     }
 
     fn new_operator(
@@ -200,14 +231,19 @@ impl Engine for NaiveEngine {
     }
 
     fn wait_for_var(&self, var: &Var) -> Result<()> {
-        self.check_owner(var)
+        self.check_owner(var)?;
+        self.wait_running();
+        Ok(())
     }
 
     fn wait_to_write(&self, var: &Var) -> Result<()> {
-        self.check_owner(var)
+        self.check_owner(var)?;
+        self.wait_running();
+        Ok(())
     }
 
     fn wait_for_all(&self) -> Result<()> {
+        self.wait_running();
         Ok(())
     }
 
@@ -225,6 +261,7 @@ impl Engine for NaiveEngine {
 
     fn stop(&self) -> Result<()> {
         self.stopped.store(true, Ordering::Release);
+        self.wait_running();
         Ok(())
     }
 
@@ -232,12 +269,20 @@ impl Engine for NaiveEngine {
         self.stopped.store(false, Ordering::Release);
     }
 
+    /// 1 while an op runs (on any thread), else 0. Pushes blocked behind the running op are
+    /// not counted: the naive engine takes a push when it runs it.
     fn num_pending(&self) -> usize {
-        0
+        usize::from(self.lock.is_locked())
     }
 }
 
 impl NaiveEngine {
+    /// Waits until the op another thread runs now (if any) is done; returns at once inside an
+    /// op of this engine (this thread holds the lock already).
+    fn wait_running(&self) {
+        drop(self.lock.lock());
+    }
+
     fn check_owner(&self, var: &Var) -> Result<()> {
         if var.0.owner == self.id {
             Ok(())

@@ -2,8 +2,8 @@
 //! building with `RUSTFLAGS="--cfg loom"` swaps in loom's model-checked versions (the pattern of
 //! tokio's `src/loom/` module). Normal builds use `parking_lot` locks and `std` atomics.
 //!
-//! Only the lock-level core (variables, op counters, the pending-op counter, error slots) goes
-//! through the shim. Thread spawning, thread-locals and `Arc` stay on `std`: loom's `Arc` cannot
+//! Only the lock-level core (variables, op counters, the pending-op counter, error slots, the
+//! naive engine's re-entrant lock) goes through the shim. Thread spawning, thread-locals and `Arc` stay on `std`: loom's `Arc` cannot
 //! hold unsized values, and the worker pools are not part of the loom models.
 
 #[cfg(loom)]
@@ -61,6 +61,96 @@ mod imp {
             self.0.notify_all();
         }
     }
+
+    /// A re-entrant mutex (as `parking_lot::ReentrantMutex`, which normal builds use): one
+    /// thread at a time holds it, and the holder may lock it again; the data is shared (`&T`)
+    /// with the holding thread only.
+    pub(crate) struct ReentrantMutex<T> {
+        mutex: loom::sync::Mutex<()>,
+        /// The holder's [`thread_token`], 0 when free. Only the holder stores its own token
+        /// (and clears it before unlocking), so reading one's own token means holding it.
+        owner: AtomicUsize,
+        data: T,
+    }
+
+    // SAFETY: `data` is reached only through a guard, guards exist only on the thread that
+    // holds the mutex (they are not `Send`), and `&T` cannot leave that thread when `T` is not
+    // `Sync`; so `T` is used by one thread at a time, which needs only `T: Send`.
+    unsafe impl<T: Send> Sync for ReentrantMutex<T> {}
+
+    /// The guard of [`ReentrantMutex`]: the outermost one of a thread unlocks it.
+    pub(crate) struct ReentrantMutexGuard<'a, T> {
+        lock: &'a ReentrantMutex<T>,
+        outer: Option<loom::sync::MutexGuard<'a, ()>>,
+        _not_send: std::marker::PhantomData<*const ()>,
+    }
+
+    loom::thread_local! {
+        static TOKEN: std::cell::Cell<usize> = std::cell::Cell::new(0);
+    }
+
+    /// A non-zero number unique to the calling (loom) thread.
+    fn thread_token() -> usize {
+        TOKEN.with(|t| {
+            if t.get() == 0 {
+                // Not part of the model, as the engine's `next_id`.
+                static NEXT: std::sync::atomic::AtomicUsize =
+                    std::sync::atomic::AtomicUsize::new(1);
+                t.set(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            }
+            t.get()
+        })
+    }
+
+    impl<T> ReentrantMutex<T> {
+        pub(crate) fn new(data: T) -> Self {
+            ReentrantMutex {
+                mutex: loom::sync::Mutex::new(()),
+                owner: AtomicUsize::new(0),
+                data,
+            }
+        }
+
+        pub(crate) fn lock(&self) -> ReentrantMutexGuard<'_, T> {
+            use loom::sync::atomic::Ordering;
+            let me = thread_token();
+            let outer = if self.owner.load(Ordering::Relaxed) == me {
+                None
+            } else {
+                let guard = self.mutex.lock().expect("loom mutex poisoned");
+                self.owner.store(me, Ordering::Relaxed);
+                Some(guard)
+            };
+            ReentrantMutexGuard {
+                lock: self,
+                outer,
+                _not_send: std::marker::PhantomData,
+            }
+        }
+
+        pub(crate) fn is_locked(&self) -> bool {
+            self.owner.load(loom::sync::atomic::Ordering::Relaxed) != 0
+        }
+    }
+
+    impl<T> std::ops::Deref for ReentrantMutexGuard<'_, T> {
+        type Target = T;
+
+        fn deref(&self) -> &T {
+            &self.lock.data
+        }
+    }
+
+    impl<T> Drop for ReentrantMutexGuard<'_, T> {
+        fn drop(&mut self) {
+            if let Some(guard) = self.outer.take() {
+                self.lock
+                    .owner
+                    .store(0, loom::sync::atomic::Ordering::Relaxed);
+                drop(guard);
+            }
+        }
+    }
 }
 
 #[cfg(not(loom))]
@@ -72,6 +162,10 @@ mod imp {
 
     /// The guard of [`Mutex`].
     pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
+    /// A re-entrant mutex: one thread at a time holds it, the holder may lock it again, the
+    /// data is shared (`&T`) with the holding thread only (`parking_lot`).
+    pub(crate) type ReentrantMutex<T> = parking_lot::ReentrantMutex<T>;
 
     /// A condition variable over [`Mutex`], with loom's by-value `wait` signature.
     #[derive(Debug, Default)]

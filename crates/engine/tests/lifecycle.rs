@@ -240,7 +240,8 @@ fn waits_from_inside_an_op_are_errors_not_hangs() {
             assert!(results[3].is_ok(), "{name}");
             assert_eq!(v.version(), 2, "{name}");
         }
-        // The naive engine has nothing pending, so its waits simply return.
+        // Inside an op, the naive engine's waits return at once: the op ran everything before it
+        // and its thread holds the engine's lock.
         let naive = common::build(EngineKind::Naive, 1);
         let v = naive.new_variable();
         let n2 = Arc::clone(&naive);

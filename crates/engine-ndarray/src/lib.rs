@@ -1,6 +1,7 @@
 //! MXNet's `NDArray` over aten: [`NDArray`] pairs an aten [`Tensor`] with an engine [`Var`],
 //! and its ops are pushed to the engine with the inputs' variables as const vars and the
-//! output's as mutable var (feature `aten`, on by default).
+//! output's as mutable var. The layer above both `engine` (which knows no tensors) and `aten`,
+//! as MXNet's `src/ndarray` sits above `src/engine`.
 //!
 //! | MXNet (`include/mxnet/ndarray.h`) | here |
 //! |---|---|
@@ -69,7 +70,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use engine::ndarray::NDArray;
+//! use engine_ndarray::NDArray;
 //! use engine::{Engine, EngineConfig, EngineKind};
 //! use c10_core::Device;
 //!
@@ -81,7 +82,7 @@
 //! let mut out = [0f32; 4];
 //! y.sync_copy_to_cpu(&mut out)?; // waits for y's pending writes
 //! assert_eq!(out, [2.0, -2.0, 6.0, -4.0]);
-//! # Ok::<(), engine::ndarray::NDArrayError>(())
+//! # Ok::<(), engine_ndarray::NDArrayError>(())
 //! ```
 
 use std::fmt;
@@ -91,10 +92,7 @@ use aten::layout::{broadcast_shapes, wrap_dim};
 use aten::{Tensor, TensorOptions};
 use c10_core::{Device, DeviceType, Element, ScalarType};
 
-use crate::context::Context;
-use crate::engine::{Engine, EngineExt, FnProperty, PushOptions};
-use crate::error::{EngineError, OpResult};
-use crate::var::Var;
+use engine::{Context, Engine, EngineError, EngineExt, FnProperty, OpResult, PushOptions, Var};
 
 /// Errors of [`NDArray`] calls.
 #[derive(Debug, thiserror::Error)]
@@ -568,7 +566,7 @@ impl NDArray {
         reads: &[&NDArray],
         writes: &[&NDArray],
         opts: PushOptions,
-        f: impl crate::opr::SyncFn,
+        f: impl engine::SyncFn,
     ) -> Result<()> {
         let reads: Vec<Var> = reads.iter().map(|a| a.chunk.var.clone()).collect();
         let writes: Vec<Var> = writes.iter().map(|a| a.chunk.var.clone()).collect();

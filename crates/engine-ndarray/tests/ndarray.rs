@@ -1,11 +1,11 @@
-//! The aten integration (`engine::ndarray`, MXNet's NDArray): a random program of async tensor
+//! MXNet's NDArray over aten (`engine-ndarray`): a random program of async tensor
 //! ops equals the same program run synchronously on aten, bit for bit, on every engine and on
 //! the simulated device; host copies check sizes and wait for pending writes (or reads); op
 //! errors are delivered once and skip dependent ops; dropped arrays keep their memory until
 //! their pending ops ran; views share the variable.
 
-#![cfg(all(feature = "aten", not(loom)))]
-
+// The engine's test helpers (the engine matrix, the hang guard), shared rather than copied.
+#[path = "../../engine/tests/common/mod.rs"]
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use aten::{Generator, Tensor, TensorOptions};
 use c10_core::{Device, ScalarType};
-use engine::ndarray::{NDArray, NDArrayError};
 use engine::workloads::SplitMix64;
 use engine::{Engine, EngineKind};
+use engine_ndarray::{NDArray, NDArrayError};
 
 /// `sim:0` for the tests that compute on the simulated device, `sim:1` only for the memory
 /// accounting test (its statistics must not see other tests' tensors).
