@@ -250,11 +250,26 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         if ptr == 0 {
             return Ok(());
         }
+        let context = self.gather_context(RecordContext::All);
+        self.delete_with(ptr, context)
+    }
+
+    /// [`Self::raw_delete`] with the free's stack given.
+    fn delete_with(&self, ptr: DevicePtr, context: Option<Frames>) -> Result<()> {
         let Some(device) = self.shard(ptr).lock().remove(&ptr) else {
             return Err(Error::UnknownPointer { ptr });
         };
-        let context = self.gather_context(RecordContext::All);
         with_context(&mut self.dev(device)?.lock(), context, |a| a.free(ptr))
+    }
+
+    /// The free's stack for a `DataPtr` deleter: a caller location would only name the
+    /// deleter, so there is one only with full stacks (which show the drop's callers).
+    fn deleter_context(&self) -> Option<Frames> {
+        if self.stacks.load(Ordering::Relaxed) == Stacks::Full as u8 {
+            self.gather_context(RecordContext::All)
+        } else {
+            None
+        }
     }
 
     fn owner(&self, ptr: DevicePtr) -> Result<u8> {
@@ -468,7 +483,8 @@ unsafe fn delete_block<D: DeviceMemory>(ctx: *mut c_void) {
     let ctx = unsafe { Box::from_raw(ctx.cast::<BlockContext<D>>()) };
     // A deleter cannot report errors; a failure here means a double free elsewhere, which the
     // front's pointer map already refused without touching allocator state.
-    let _ = ctx.front.raw_delete(ctx.ptr);
+    let context = ctx.front.deleter_context();
+    let _ = ctx.front.delete_with(ctx.ptr, context);
 }
 
 // SAFETY: every DataPtr from `allocate` is on `self.device` (whose type is the device

@@ -138,8 +138,7 @@ fn ours(name: &str) -> Vec<Event> {
             other => panic!("unknown op {other:?}"),
         }
     }
-    let out = events.lock().clone();
-    out
+    events.lock().clone()
 }
 
 /// Our observers are called with PyTorch's arguments (the segment size it tried, the total or
