@@ -359,6 +359,27 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.dev(device)?.lock().set_memory_fraction(fraction)
     }
 
+    /// Replaces every device's configuration (PyTorch's `_set_allocator_settings`), only while
+    /// no device holds memory: see [`DeviceCachingAllocator::set_config`]. All devices or none
+    /// change.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when `config` does not validate; [`Error::ConfigInUse`] when a device
+    /// holds memory; [`Error::Device`].
+    pub fn set_config(&self, config: AllocatorConfig) -> Result<()> {
+        config.validate()?;
+        // Devices are locked in index order, the only order anything takes two of them in.
+        let mut guards: Vec<_> = self.devices.iter().map(|d| d.lock()).collect();
+        if let Some(busy) = guards.iter_mut().find(|g| g.holds_memory()) {
+            // Refused with `ConfigInUse`, nothing changed.
+            return busy.set_config(config);
+        }
+        for g in &mut guards {
+            g.set_config(config.clone())?;
+        }
+        Ok(())
+    }
+
     /// Releases every device's cached whole segments (`torch.cuda.empty_cache()`).
     ///
     /// # Errors

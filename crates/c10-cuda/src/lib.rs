@@ -53,6 +53,7 @@ mod invariants;
 pub mod observer;
 pub mod oom;
 mod ptr_map;
+mod reconfigure;
 mod release;
 pub mod sim;
 pub mod sizes;
