@@ -115,7 +115,8 @@ pub fn caller_frames(location: &'static Location<'static>) -> Frames {
 
 /// Leading frames that belong to the capture itself or to the layers the call came through,
 /// cut off full stacks: the unwinder, this crate (the front, this module), c10-core's
-/// `DataPtr` (whose drop calls the deleter), std's panic and closure shims, and the C ABI crate
+/// `DataPtr` (whose drop calls the deleter), std's panic and closure shims (`catch_unwind`,
+/// `__rust_try`), and the C ABI crate
 /// (`tensormem_alloc`, which calls in through the front).
 const MACHINERY: &[&str] = &[
     "backtrace::",
@@ -126,7 +127,9 @@ const MACHINERY: &[&str] = &[
     "core::ptr::drop_in_place<c10_core::data_ptr::",
     "std::panicking::",
     "std::panic::",
+    "__rust_try",
     "core::ops::function::",
+    "<core::panic::unwind_safe::",
     "tensormem_alloc::",
     "<tensormem_alloc::",
 ];
@@ -184,7 +187,11 @@ fn is_machinery(frame: &Frame) -> bool {
 pub fn full_frames() -> Frames {
     let mut ips: Vec<usize> = Vec::with_capacity(64);
     backtrace::trace(|frame| {
-        ips.push(frame.ip() as usize);
+        let ip = frame.ip() as usize;
+        // The unwinder ends some stacks with a null return address: not a frame.
+        if ip != 0 {
+            ips.push(ip);
+        }
         true
     });
     let mut symbols = symbols().lock();
