@@ -30,7 +30,9 @@ fn library_dir() -> PathBuf {
 fn program() -> &'static Path {
     static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
     PROGRAM.get_or_init(|| {
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("abi_test");
+        // One executable per test process: nextest runs each test in its own process, at once.
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("abi_test-{}", std::process::id()));
         let lib = library_dir();
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
         let status = Command::new(&cc)
@@ -75,7 +77,8 @@ fn text(bytes: &[u8]) -> String {
 
 #[test]
 fn the_c_program_passes_on_the_simulated_backend() {
-    let snapshot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("abi_test_snapshot.pickle");
+    let snapshot = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("abi_test_snapshot-{}.pickle", std::process::id()));
     let _ = std::fs::remove_file(&snapshot);
     let out = run(&["all", snapshot.to_str().unwrap()], None);
     assert!(
@@ -120,6 +123,7 @@ fn the_c_program_passes_on_the_simulated_backend() {
             .any(|(name, file)| name == "all" && file.ends_with("abi_test.c")),
         "the C caller is in the stack: {frames:?}"
     );
+    let _ = std::fs::remove_file(&snapshot);
 }
 
 /// A panic inside each entry point comes back as its error value, with the panic's message in
