@@ -17,7 +17,8 @@ tasks:
               module (venv + pip install + pytest), loom, doc tests, docs with warnings
               denied: exactly what CI runs
   python      only the Python module's step: venv, pip install ./crates/tensormem-py, pytest
-  gpu-test    probe for a CUDA driver and device, then run the GPU-only tests;
+  gpu-test    probe for a CUDA driver and device, then run the GPU-only tests and
+              (where a CUDA build of torch exists) PyTorch on libtensormem_alloc.so;
               fails (non-zero) when no driver or no device is found
   valgrind    run the unsafe-heavy crates' tests under valgrind memcheck
   bench [F]   run the criterion benchmarks (optionally only those matching F)

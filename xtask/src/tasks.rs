@@ -200,7 +200,39 @@ pub fn gpu_test() -> TaskResult {
         ]);
         run(&format!("gpu-tests {krate}"), tests)?;
     }
-    Ok(())
+    torch_pluggable()
+}
+
+/// The GPU test's last step: PyTorch running on `libtensormem_alloc.so` through
+/// `CUDAPluggableAllocator` (`crates/c10-cuda-capi/tests/torch_pluggable.py`), where a Python
+/// with a CUDA build of torch exists (`$TENSORMEM_TORCH_PYTHON`, else `python3`); skipped with a
+/// message where none does.
+fn torch_pluggable() -> TaskResult {
+    let python = std::env::var("TENSORMEM_TORCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    if !tool_available(
+        &python,
+        &[
+            "-c",
+            "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)",
+        ],
+    ) {
+        eprintln!(
+            "\n==> [torch pluggable allocator] SKIPPED: `{python}` has no CUDA build of torch \
+             (set TENSORMEM_TORCH_PYTHON to a Python that has one)"
+        );
+        return Ok(());
+    }
+    let mut build = cargo();
+    build.args(["build", "-p", "c10-cuda-capi"]);
+    run("build libtensormem_alloc.so", build)?;
+    let lib = target_dir().join("debug").join("libtensormem_alloc.so");
+    let mut torch = Command::new(&python);
+    torch
+        .current_dir(target_dir())
+        .arg(root().join("crates/c10-cuda-capi/tests/torch_pluggable.py"))
+        .arg(&lib)
+        .env_remove("TENSORMEM_ALLOC_BACKEND");
+    run("torch pluggable allocator", torch)
 }
 
 /// `cargo xtask valgrind`: build the unsafe-heavy crates' tests, run each binary under memcheck.

@@ -39,9 +39,13 @@ pub unsafe trait Allocator: Send + Sync {
     /// Allocates `nbytes` bytes, as c10's `Allocator::allocate`. Zero bytes should give
     /// [`DataPtr::null`] on the allocator's device.
     ///
+    /// `#[track_caller]`: an allocator that records where its memory goes (c10-cuda's memory
+    /// history) sees the location of the call.
+    ///
     /// # Errors
     /// [`Error::OutOfMemory`] when the device has no room, [`Error::SizeOverflow`] when `nbytes`
     /// cannot describe an allocation.
+    #[track_caller]
     fn allocate(&self, nbytes: usize) -> Result<DataPtr>;
 
     /// The device type this allocator serves.
@@ -63,6 +67,7 @@ pub unsafe trait Allocator: Send + Sync {
     /// # Errors
     /// Those of [`Allocator::allocate`], and [`Error::RawAllocationUnsupported`] when there is no
     /// raw deleter or the data pointer is not simple (it is then freed before returning).
+    #[track_caller]
     fn raw_allocate(&self, nbytes: usize) -> Result<*mut u8> {
         let unsupported = |reason| Error::RawAllocationUnsupported {
             device_type: self.device_type(),

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError, result, sys};
 use parking_lot::Mutex;
@@ -301,6 +301,9 @@ pub struct CudaDevice {
     /// Live events by [`EventId`]; cudarc destroys one when its last `Arc` drops.
     events: Mutex<HashMap<u64, Arc<CudaEvent>>>,
     next_event: AtomicU64,
+    /// Whether [`DeviceMemory::record_event`] accepts raw `CUstream` handles it did not create
+    /// (set by the unsafe [`CudaDevice::accept_external_streams`]).
+    external_streams: AtomicBool,
 }
 
 impl fmt::Debug for CudaDevice {
@@ -388,6 +391,7 @@ impl CudaDevice {
             default_stream,
             events: Mutex::default(),
             next_event: AtomicU64::new(1),
+            external_streams: AtomicBool::new(false),
             ctx,
         })
     }
@@ -445,6 +449,20 @@ impl CudaDevice {
                 what: "stream",
                 value: stream.0,
             })
+    }
+
+    /// Lets [`DeviceMemory::record_event`] record on any raw `CUstream` handle (a [`StreamId`]
+    /// holding the handle's value), not only on streams this device made: for callers whose
+    /// streams come from elsewhere, such as PyTorch's through the C ABI
+    /// (`CUDAPluggableAllocator` passes its `cudaStream_t`, which is a `CUstream`).
+    ///
+    /// # Safety
+    /// From then on every [`StreamId`] given to this device that it did not make must be the
+    /// handle of a live stream of this device's primary context (or 0, the legacy default
+    /// stream, or a per-thread default stream handle), until the events recorded on it are
+    /// destroyed.
+    pub unsafe fn accept_external_streams(&self) {
+        self.external_streams.store(true, Ordering::Release);
     }
 
     /// Forgets a stream from [`CudaDevice::new_stream`]; cudarc destroys it (`cuStreamDestroy_v2`)
@@ -686,12 +704,33 @@ impl DeviceMemory for CudaDevice {
     }
 
     /// `cuEventRecord` on the raw stream ([`StreamId::DEFAULT`] or one from
-    /// [`CudaDevice::new_stream`]).
+    /// [`CudaDevice::new_stream`], or any handle after [`CudaDevice::accept_external_streams`]).
     fn record_event(&self, event: EventId, stream: StreamId) -> Result<(), DeviceError> {
         let event = self.event(event)?;
-        let stream = self.stream(stream)?;
-        self.bind()?;
-        event.record(&stream).map_err(driver("cuEventRecord"))
+        let known = self.streams.lock().get(&stream.0).cloned();
+        match known {
+            Some(stream) => {
+                self.bind()?;
+                event.record(&stream).map_err(driver("cuEventRecord"))
+            }
+            None if self.external_streams.load(Ordering::Acquire) => {
+                self.bind()?;
+                // SAFETY: the event is live (we hold an Arc of it) and was made in this context;
+                // the stream handle is a live stream of this context, as the caller of
+                // `accept_external_streams` promised.
+                unsafe {
+                    result::event::record(
+                        event.cu_event(),
+                        std::ptr::with_exposed_provenance_mut(stream.0 as usize),
+                    )
+                }
+                .map_err(driver("cuEventRecord"))
+            }
+            None => Err(DeviceError::Invalid {
+                what: "stream",
+                value: stream.0,
+            }),
+        }
     }
 
     /// `cuEventQuery`: `CUDA_SUCCESS` -> true, `CUDA_ERROR_NOT_READY` -> false.

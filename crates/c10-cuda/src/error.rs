@@ -2,6 +2,7 @@
 
 use thiserror::Error;
 
+use crate::config::ConfigError;
 use crate::device::{DeviceError, DevicePtr};
 use crate::oom::OutOfMemoryError;
 
@@ -47,6 +48,24 @@ pub enum Error {
     /// A device call failed.
     #[error(transparent)]
     Device(#[from] DeviceError),
+    /// A configuration that does not validate.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The configuration cannot change while the device's allocator holds memory
+    /// ([`crate::DeviceCachingAllocator::set_config`]).
+    #[error(
+        "cannot change the allocator configuration of device {device} while it holds \
+         {reserved} reserved bytes in {blocks} blocks: free every allocation and empty the cache \
+         first"
+    )]
+    ConfigInUse {
+        /// The device.
+        device: u8,
+        /// Its reserved bytes.
+        reserved: usize,
+        /// Its blocks (allocated, cached, or unmapped parts of expandable segments).
+        blocks: usize,
+    },
 }
 
 impl From<OutOfMemoryError> for Error {

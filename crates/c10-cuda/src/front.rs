@@ -1,20 +1,24 @@
 //! The multi-device front (PyTorch's `NativeCachingAllocator` / THCCachingAllocator role):
 //! one [`DeviceCachingAllocator`] per device behind a mutex, a pointer-to-device map,
-//! free-memory callbacks, and c10-core's [`Allocator`] whose `DataPtr` deleter returns the block.
+//! free-memory callbacks, out-of-memory observers and trace trackers, the call sites of the
+//! memory history, and c10-core's [`Allocator`] whose `DataPtr` deleter returns the block.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use c10_core::{Allocator, DataPtr, Device, DeviceType};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxBuildHasher;
 
-use crate::allocator::{CacheInfo, DeviceCachingAllocator};
+use crate::allocator::{Allocation, CacheInfo, DeviceCachingAllocator};
+use crate::call_site::{self, HistoryOptions, Stacks};
 use crate::config::AllocatorConfig;
 use crate::device::{DeviceMemory, DevicePtr, StreamId};
 use crate::error::{Error, Result};
-use crate::history::Clock;
+use crate::history::{Clock, Frames, RecordContext};
+use crate::observer::{OomObservation, OutOfMemoryObserver, TraceTracker};
 use crate::snapshot::DeviceSnapshot;
 use crate::stats::DeviceStats;
 
@@ -28,10 +32,20 @@ const SHARDS: usize = 16;
 
 /// The caching allocator for several devices of one backend. Thread safe: each device has its
 /// own lock, and the pointer map is sharded.
+///
+/// Its allocating and freeing methods are `#[track_caller]`: with memory history recorded with
+/// a context ([`CachingAllocator::record_memory_history`]) each allocation and free carries the
+/// caller's location, or its whole stack (see [`crate::call_site`]), captured before the
+/// device lock is taken.
 pub struct CachingAllocator<D: DeviceMemory> {
     devices: Vec<Mutex<DeviceCachingAllocator<D>>>,
     owners: [Mutex<HashMap<DevicePtr, u8, FxBuildHasher>>; SHARDS],
     callbacks: RwLock<Vec<FreeMemoryCallback>>,
+    oom_observers: RwLock<Vec<OutOfMemoryObserver>>,
+    /// The [`RecordContext`] in force, as its number (read without a lock on every call).
+    record_context: AtomicU8,
+    /// The [`Stacks`] kind, as its number.
+    stacks: AtomicU8,
 }
 
 impl<D: DeviceMemory> CachingAllocator<D> {
@@ -57,6 +71,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             devices: out,
             owners: std::array::from_fn(|_| Mutex::new(HashMap::default())),
             callbacks: RwLock::new(Vec::new()),
+            oom_observers: RwLock::new(Vec::new()),
+            record_context: AtomicU8::new(RecordContext::Never as u8),
+            stacks: AtomicU8::new(Stacks::Caller as u8),
         })
     }
 
@@ -98,11 +115,53 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.callbacks.write().push(callback);
     }
 
+    /// Attaches an out-of-memory observer (PyTorch's `attachOutOfMemoryObserver`): called, in
+    /// attachment order, each time an allocation on any device fails with
+    /// [`Error::OutOfMemory`], on the allocating thread, after the failure is recorded and before
+    /// the error is returned, with no allocator lock held (so it may call back into this
+    /// allocator, e.g. for a [`CachingAllocator::snapshot`]). See [`OomObservation`] for what it
+    /// is told.
+    pub fn attach_out_of_memory_observer(&self, observer: OutOfMemoryObserver) {
+        self.oom_observers.write().push(observer);
+    }
+
+    /// Attaches a trace tracker to every device (PyTorch's `attachAllocatorTraceTracker`):
+    /// called with the device index and each trace entry from now on, whether or not history is
+    /// recorded, while that device's lock is held (see [`TraceTracker`] for what it must not do).
+    pub fn attach_allocator_trace_tracker(&self, tracker: TraceTracker) {
+        for d in &self.devices {
+            d.lock().attach_trace_tracker(Arc::clone(&tracker));
+        }
+    }
+
+    /// The caller's stack when the history's context mode records stacks at `level` (PyTorch's
+    /// `maybeGatherContext`), captured before any lock is taken.
+    #[track_caller]
+    #[inline]
+    fn gather_context(&self, level: RecordContext) -> Option<Frames> {
+        if self.record_context.load(Ordering::Relaxed) < level as u8 {
+            return None;
+        }
+        Some(self.capture())
+    }
+
+    #[track_caller]
+    #[cold]
+    #[inline(never)]
+    fn capture(&self) -> Frames {
+        if self.stacks.load(Ordering::Relaxed) == Stacks::Full as u8 {
+            call_site::full_frames()
+        } else {
+            call_site::capture(Stacks::Caller)
+        }
+    }
+
     /// Allocates `size` bytes on `device` for the default stream (PyTorch's `raw_alloc`).
     /// Zero bytes give the null address 0.
     ///
     /// # Errors
     /// As [`CachingAllocator::raw_alloc_with_stream`].
+    #[track_caller]
     pub fn raw_alloc(&self, device: u8, size: usize) -> Result<DevicePtr> {
         self.raw_alloc_with_stream(device, size, StreamId::DEFAULT)
     }
@@ -112,7 +171,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     ///
     /// # Errors
     /// [`Error::OutOfMemory`] when the device is full even after the callbacks and the release
-    /// chain; [`Error::InvalidDevice`]; [`Error::Device`].
+    /// chain (the out-of-memory observers have been called by then); [`Error::InvalidDevice`];
+    /// [`Error::Device`].
+    #[track_caller]
     pub fn raw_alloc_with_stream(
         &self,
         device: u8,
@@ -122,26 +183,23 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         if size == 0 {
             return Ok(0);
         }
+        let context = self.gather_context(RecordContext::State);
         let dev = self.dev(device)?;
-        let allocation = {
-            let mut guard = dev.lock();
-            match guard.try_malloc_cached(size, stream)? {
-                Some(a) => a,
-                None => {
-                    let callbacks = self.callbacks.read().clone();
-                    if callbacks.is_empty() {
-                        guard.malloc_uncached(size, stream, false)?
-                    } else {
-                        // Callbacks may free blocks (and so take this lock): run them unlocked.
-                        drop(guard);
-                        let mut freed = false;
-                        for cb in &callbacks {
-                            freed |= cb();
-                        }
-                        dev.lock().malloc_uncached(size, stream, freed)?
+        let result = self.malloc_locked(dev, size, stream, context);
+        // The device lock is released here: observers may call back into the allocator.
+        let allocation = match result {
+            Ok(a) => a,
+            Err(Error::OutOfMemory(oom)) => {
+                let observers = self.oom_observers.read().clone();
+                if !observers.is_empty() {
+                    let seen = OomObservation::from_error(&oom);
+                    for observer in &observers {
+                        observer(&seen);
                     }
                 }
+                return Err(Error::OutOfMemory(oom));
             }
+            Err(e) => return Err(e),
         };
         self.shard(allocation.ptr)
             .lock()
@@ -149,19 +207,69 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         Ok(allocation.ptr)
     }
 
+    /// The malloc of one device under its lock, the free-memory callbacks run unlocked between
+    /// the cache search and the device malloc; `context` is the stack of the call.
+    fn malloc_locked(
+        &self,
+        dev: &Mutex<DeviceCachingAllocator<D>>,
+        size: usize,
+        stream: StreamId,
+        context: Option<Frames>,
+    ) -> Result<Allocation> {
+        let mut guard = dev.lock();
+        let cached = with_context(&mut guard, context.clone(), |a| {
+            a.try_malloc_cached(size, stream)
+        })?;
+        if let Some(a) = cached {
+            return Ok(a);
+        }
+        let callbacks = self.callbacks.read().clone();
+        if callbacks.is_empty() {
+            return with_context(&mut guard, context, |a| {
+                a.malloc_uncached(size, stream, false)
+            });
+        }
+        // Callbacks may free blocks (and so take this lock): run them unlocked.
+        drop(guard);
+        let mut freed = false;
+        for cb in &callbacks {
+            freed |= cb();
+        }
+        with_context(&mut dev.lock(), context, |a| {
+            a.malloc_uncached(size, stream, freed)
+        })
+    }
+
     /// Frees a pointer from [`CachingAllocator::raw_alloc`] (PyTorch's `raw_delete`). The null
     /// address is ignored.
     ///
     /// # Errors
     /// [`Error::UnknownPointer`] when `ptr` is not live (freed twice, or never allocated here).
+    #[track_caller]
     pub fn raw_delete(&self, ptr: DevicePtr) -> Result<()> {
         if ptr == 0 {
             return Ok(());
         }
+        let context = self.gather_context(RecordContext::All);
+        self.delete_with(ptr, context)
+    }
+
+    /// [`Self::raw_delete`] with the free's stack given.
+    fn delete_with(&self, ptr: DevicePtr, context: Option<Frames>) -> Result<()> {
         let Some(device) = self.shard(ptr).lock().remove(&ptr) else {
             return Err(Error::UnknownPointer { ptr });
         };
-        self.dev(device)?.lock().free(ptr)
+        with_context(&mut self.dev(device)?.lock(), context, |a| a.free(ptr))
+    }
+
+    /// The free's stack for a `DataPtr` deleter: a caller location would only name the
+    /// deleter, so there is one only with full stacks (which show the drop's callers).
+    fn deleter_context(&self) -> Option<Frames> {
+        if self.stacks.load(Ordering::Relaxed) == Stacks::Full as u8 {
+            self.gather_context(RecordContext::All)
+        } else {
+            None
+        }
     }
 
     fn owner(&self, ptr: DevicePtr) -> Result<u8> {
@@ -251,22 +359,68 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.dev(device)?.lock().set_memory_fraction(fraction)
     }
 
+    /// Replaces every device's configuration (PyTorch's `_set_allocator_settings`), only while
+    /// no device holds memory: see [`DeviceCachingAllocator::set_config`]. All devices or none
+    /// change.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when `config` does not validate; [`Error::ConfigInUse`] when a device
+    /// holds memory; [`Error::Device`].
+    pub fn set_config(&self, config: AllocatorConfig) -> Result<()> {
+        config.validate()?;
+        // Devices are locked in index order, the only order anything takes two of them in.
+        let mut guards: Vec<_> = self.devices.iter().map(|d| d.lock()).collect();
+        if let Some(busy) = guards.iter_mut().find(|g| g.holds_memory()) {
+            // Refused with `ConfigInUse`, nothing changed.
+            return busy.set_config(config);
+        }
+        for g in &mut guards {
+            g.set_config(config.clone())?;
+        }
+        Ok(())
+    }
+
     /// Releases every device's cached whole segments (`torch.cuda.empty_cache()`).
     ///
     /// # Errors
     /// [`Error::Device`] from the first device that fails.
+    #[track_caller]
     pub fn empty_cache(&self) -> Result<()> {
+        let context = self.gather_context(RecordContext::All);
         for d in &self.devices {
-            d.lock().empty_cache()?;
+            with_context(&mut d.lock(), context.clone(), |a| a.empty_cache())?;
         }
         Ok(())
     }
 
     /// Starts memory history on every device with room for `max_entries` entries each
-    /// (`torch.cuda.memory._record_memory_history(max_entries=...)`); 0 stops it.
+    /// (`torch.cuda.memory._record_memory_history(max_entries=...)`) and no stacks
+    /// ([`RecordContext::Never`]); 0 stops it.
     pub fn record_history(&self, max_entries: usize, clock: Clock) {
+        self.record_memory_history(
+            &HistoryOptions::new(max_entries)
+                .clock(clock)
+                .context(RecordContext::Never),
+        );
+    }
+
+    /// Starts (or changes, or with `max_entries == 0` stops) memory history on every device
+    /// with a context mode and a kind of stack: PyTorch's
+    /// `torch.cuda.memory._record_memory_history(enabled, context, stacks, max_entries)`. From
+    /// then on the allocating and freeing methods (and c10-core's `Allocator::allocate` through
+    /// [`CachingAllocator::allocator`]) capture their caller's stack as `options.context` asks.
+    /// Frees through a `DataPtr`'s drop have no caller to name: their entries carry the stack of
+    /// the allocation, as PyTorch's do in mode `alloc`.
+    pub fn record_memory_history(&self, options: &HistoryOptions) {
+        let context = if options.max_entries == 0 {
+            RecordContext::Never
+        } else {
+            options.context
+        };
+        self.stacks.store(options.stacks as u8, Ordering::Relaxed);
+        self.record_context.store(context as u8, Ordering::Relaxed);
         for d in &self.devices {
-            d.lock().record_history(max_entries, clock);
+            d.lock().record_memory_history(options);
         }
     }
 
@@ -290,6 +444,20 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             front: Arc::clone(self),
             device: Device::new(device_type, Some(device)),
         })
+    }
+}
+
+/// Runs `f` on a locked device allocator with `context` as the operation's stack (nothing extra
+/// when there is none).
+#[inline(always)]
+fn with_context<D: DeviceMemory, R>(
+    alloc: &mut DeviceCachingAllocator<D>,
+    context: Option<Frames>,
+    f: impl FnOnce(&mut DeviceCachingAllocator<D>) -> R,
+) -> R {
+    match context {
+        None => f(alloc),
+        Some(frames) => alloc.with_context(Some(frames), f),
     }
 }
 
@@ -336,7 +504,8 @@ unsafe fn delete_block<D: DeviceMemory>(ctx: *mut c_void) {
     let ctx = unsafe { Box::from_raw(ctx.cast::<BlockContext<D>>()) };
     // A deleter cannot report errors; a failure here means a double free elsewhere, which the
     // front's pointer map already refused without touching allocator state.
-    let _ = ctx.front.raw_delete(ctx.ptr);
+    let context = ctx.front.deleter_context();
+    let _ = ctx.front.delete_with(ctx.ptr, context);
 }
 
 // SAFETY: every DataPtr from `allocate` is on `self.device` (whose type is the device
@@ -345,6 +514,7 @@ unsafe fn delete_block<D: DeviceMemory>(ctx: *mut c_void) {
 // BlockContext freed exactly once by `delete_block`. Host byte access (c10-core's
 // `try_bytes_mut`) is only ever granted for DeviceType::Cpu, which this allocator never is.
 unsafe impl<D: DeviceMemory + 'static> Allocator for DeviceAllocator<D> {
+    #[track_caller]
     fn allocate(&self, nbytes: usize) -> c10_core::Result<DataPtr> {
         if nbytes == 0 {
             return Ok(DataPtr::null(self.device));

@@ -1,14 +1,23 @@
-//! Memory history: trace entries in a ring buffer (PyTorch's `TraceEntry` and `alloc_trace`).
+//! Memory history: trace entries in a ring buffer (PyTorch's `TraceEntry` and `alloc_trace`),
+//! the call-site context attached to them, and the trace trackers called for each of them.
 //!
 //! Enabled by [`crate::DeviceCachingAllocator::record_history`], as PyTorch's
-//! `torch.cuda.memory._record_memory_history(max_entries=N)`. Each allocator action appends one
+//! `torch.cuda.memory._record_memory_history(max_entries=N)`, or by
+//! [`crate::DeviceCachingAllocator::record_memory_history`], which also takes the context mode
+//! ([`RecordContext`], PyTorch's `context=` argument). Each allocator action appends one
 //! [`TraceEntry`]; when `max_entries` are held the oldest is dropped.
-
-use std::collections::VecDeque;
+//!
+//! Contexts follow PyTorch's `DeviceCachingAllocator`: the operation in progress (a malloc, a
+//! free, an `empty_cache`) sets the stack it was called from; an `alloc` keeps it as the block's
+//! `context_when_allocated` (shown by snapshots while the block is active) and a `segment_alloc`
+//! as the segment's; a free without a stack of its own (mode [`RecordContext::Alloc`]) is
+//! recorded with the stack of the allocation, a `segment_free` with the segment's.
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::device::StreamId;
+use crate::observer::TraceTracker;
 
 /// What happened (PyTorch's `TraceEntry::Action`, spelled as in snapshots).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -107,8 +116,10 @@ pub struct TraceEntry {
     /// with [`Clock::Logical`]).
     pub time_us: u64,
     /// Where the action came from (PyTorch's `context`, written as `frames`); `None` when no
-    /// stack was recorded. The allocator records none itself: callers attach stacks to the
-    /// entries of [`crate::snapshot::DeviceSnapshot::trace`] (e.g. a replay attaches the
+    /// stack was recorded. The allocator records the caller's stack when history is recorded
+    /// with a [`RecordContext`] of [`RecordContext::Alloc`] or more and the caller gave one
+    /// (the thread-safe front does, see [`crate::call_site`]); callers may also attach stacks to
+    /// the entries of [`crate::snapshot::DeviceSnapshot::trace`] (e.g. a replay attaches the
     /// recorded ones).
     pub frames: Option<Frames>,
 }
@@ -123,34 +134,196 @@ pub enum Clock {
     Logical,
 }
 
-/// The ring buffer of trace entries.
-#[derive(Clone, Debug, Default)]
+/// Which trace entries and blocks carry the stack they were made from (PyTorch's
+/// `RecordContext`, chosen by `_record_memory_history(context=None|"state"|"alloc"|"all")`).
+///
+/// Ordered: each mode records what the one before it does, and more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum RecordContext {
+    /// No stacks (`NEVER`, `context=None`). Nothing is captured: no cost.
+    #[default]
+    Never = 0,
+    /// Stacks of the active allocations only, shown by snapshots on their blocks (`STATE`,
+    /// `context="state"`); trace entries carry none.
+    State = 1,
+    /// Also the stacks of allocations in the trace: `alloc`, `segment_alloc`, `segment_map` and
+    /// `oom` entries carry the stack of the malloc, and the entries of a free carry the stack of
+    /// the allocation it frees (`ALLOC`, `context="alloc"`).
+    Alloc = 2,
+    /// Also the stacks of frees and of `empty_cache`: `free_requested`, `free_completed`,
+    /// `segment_free` and `segment_unmap` carry the stack of the call that freed (`ALL`,
+    /// `context="all"`, PyTorch's default).
+    All = 3,
+}
+
+impl RecordContext {
+    /// PyTorch's spelling of the `context=` argument: `None`, `state`, `alloc`, `all`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordContext::Never => "None",
+            RecordContext::State => "state",
+            RecordContext::Alloc => "alloc",
+            RecordContext::All => "all",
+        }
+    }
+
+    /// The mode from its number (`NEVER` = 0 ... `ALL` = 3, as PyTorch's enum); `None` above 3.
+    pub fn from_u8(value: u8) -> Option<RecordContext> {
+        match value {
+            0 => Some(RecordContext::Never),
+            1 => Some(RecordContext::State),
+            2 => Some(RecordContext::Alloc),
+            3 => Some(RecordContext::All),
+            _ => None,
+        }
+    }
+}
+
+/// The ring buffer of trace entries, the contexts of live blocks and segments, and the
+/// trace trackers.
+#[derive(Default)]
 pub(crate) struct History {
     entries: VecDeque<TraceEntry>,
     max_entries: usize,
     enabled: bool,
     clock: Clock,
     counter: u64,
+    /// `enabled` or a trace tracker attached: whether entries are made at all (PyTorch's
+    /// `record_history || !trace_trackers_.empty()`).
+    active: bool,
+    /// The context mode (PyTorch's `record_context_`); `Never` while not recording.
+    context: RecordContext,
+    /// The stack of the operation in progress (PyTorch passes it down as `context`).
+    current: Option<Frames>,
+    /// `context_when_allocated` of active blocks, by block address.
+    blocks: HashMap<u64, Frames>,
+    /// `context_when_segment_allocated`, by segment (or mapped range) address.
+    segments: HashMap<u64, Frames>,
+    /// Trace trackers (PyTorch's `trace_trackers_`) and the device index they are told.
+    trackers: Vec<TraceTracker>,
+    device: u8,
+}
+
+impl std::fmt::Debug for History {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("History")
+            .field("entries", &self.entries.len())
+            .field("max_entries", &self.max_entries)
+            .field("enabled", &self.enabled)
+            .field("context", &self.context)
+            .field("trackers", &self.trackers.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl History {
+    /// Starts recording without stacks (context [`RecordContext::Never`]).
     pub(crate) fn enable(&mut self, max_entries: usize, clock: Clock) {
+        self.enable_with(max_entries, clock, RecordContext::Never);
+    }
+
+    /// Starts recording with the context mode `context`.
+    pub(crate) fn enable_with(&mut self, max_entries: usize, clock: Clock, context: RecordContext) {
         self.enabled = max_entries > 0;
         self.max_entries = max_entries;
         self.clock = clock;
+        self.set_context(if self.enabled {
+            context
+        } else {
+            RecordContext::Never
+        });
         while self.entries.len() > max_entries {
             self.entries.pop_front();
         }
+        self.update_active();
     }
 
     pub(crate) fn disable(&mut self) {
         self.enabled = false;
+        self.set_context(RecordContext::Never);
+        self.update_active();
+    }
+
+    fn set_context(&mut self, context: RecordContext) {
+        self.context = context;
+        if context == RecordContext::Never {
+            // Nothing keeps these up to date any more.
+            self.blocks.clear();
+            self.segments.clear();
+        }
+    }
+
+    fn update_active(&mut self) {
+        self.active = self.enabled || !self.trackers.is_empty();
+    }
+
+    /// The context mode in force.
+    pub(crate) fn context(&self) -> RecordContext {
+        self.context
+    }
+
+    /// Sets the stack of the operation in progress (`None` when it has none); returns the one
+    /// it replaces.
+    pub(crate) fn set_current(&mut self, frames: Option<Frames>) -> Option<Frames> {
+        std::mem::replace(&mut self.current, frames)
+    }
+
+    /// The stack an active block was allocated from (its `context_when_allocated`).
+    pub(crate) fn block_frames(&self, addr: u64) -> Option<Frames> {
+        self.blocks.get(&addr).cloned()
+    }
+
+    /// The stack a segment was allocated from (its `context_when_segment_allocated`).
+    pub(crate) fn segment_frames(&self, addr: u64) -> Option<Frames> {
+        self.segments.get(&addr).cloned()
+    }
+
+    /// Attaches a trace tracker, told `device` with each entry.
+    pub(crate) fn attach_tracker(&mut self, device: u8, tracker: TraceTracker) {
+        self.device = device;
+        self.trackers.push(tracker);
+        self.update_active();
     }
 
     #[inline(always)]
     pub(crate) fn record(&mut self, action: TraceAction, addr: u64, size: u64, stream: StreamId) {
-        if self.enabled {
+        if self.active {
             self.push(action, addr, size, stream);
+        }
+    }
+
+    /// The stack an entry carries, keeping the block and segment contexts up to date (PyTorch's
+    /// `context ? context : block->context_when_allocated` and friends).
+    fn entry_context(&mut self, action: TraceAction, addr: u64) -> Option<Frames> {
+        if self.context == RecordContext::Never {
+            return None;
+        }
+        let current = self.current.clone();
+        match action {
+            TraceAction::Alloc => {
+                match &current {
+                    Some(frames) => self.blocks.insert(addr, Arc::clone(frames)),
+                    None => self.blocks.remove(&addr),
+                };
+                current
+            }
+            TraceAction::FreeRequested => current.or_else(|| self.blocks.get(&addr).cloned()),
+            TraceAction::FreeCompleted => {
+                let allocated = self.blocks.remove(&addr);
+                current.or(allocated)
+            }
+            TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
+                if let Some(frames) = &current {
+                    self.segments.insert(addr, Arc::clone(frames));
+                }
+                current
+            }
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
+                let allocated = self.segments.remove(&addr);
+                current.or(allocated)
+            }
+            TraceAction::Oom => current,
+            TraceAction::Snapshot => None,
         }
     }
 
@@ -164,17 +337,30 @@ impl History {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_micros() as u64),
         };
-        if self.entries.len() == self.max_entries {
-            self.entries.pop_front();
-        }
-        self.entries.push_back(TraceEntry {
+        let context = self.entry_context(action, addr);
+        let frames = if self.context >= RecordContext::Alloc {
+            context
+        } else {
+            None
+        };
+        let entry = TraceEntry {
             action,
             addr,
             size,
             stream,
             time_us,
-            frames: None,
-        });
+            frames,
+        };
+        for tracker in &self.trackers {
+            tracker(self.device, &entry);
+        }
+        if !self.enabled {
+            return;
+        }
+        if self.entries.len() == self.max_entries {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(entry);
     }
 
     pub(crate) fn entries(&self) -> impl ExactSizeIterator<Item = &TraceEntry> {

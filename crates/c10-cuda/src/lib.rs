@@ -12,9 +12,11 @@
 //! (cudarc's driver API).
 //!
 //! Around it: [`CachingAllocator`], the thread-safe multi-device front with free-memory
-//! callbacks and c10-core's `Allocator`; [`config::AllocatorConfig`] (PYTORCH_CUDA_ALLOC_CONF);
+//! callbacks, out-of-memory observers and trace trackers ([`observer`]) and c10-core's
+//! `Allocator`; [`config::AllocatorConfig`] (PYTORCH_CUDA_ALLOC_CONF);
 //! [`stats::DeviceStats`] with `memory_stats()`'s 122 keys; [`summary::memory_summary`];
-//! [`snapshot`] and [`history`] in PyTorch's snapshot format; [`oom::OutOfMemoryError`].
+//! [`snapshot`] and [`history`] in PyTorch's snapshot format, with the call sites of
+//! allocations and frees ([`call_site`]); [`oom::OutOfMemoryError`].
 //!
 //! ```
 //! use c10_cuda::config::AllocatorConfig;
@@ -36,6 +38,7 @@
 mod address_space;
 pub mod allocator;
 mod block;
+pub mod call_site;
 pub mod config;
 pub mod cuda;
 pub mod device;
@@ -47,8 +50,10 @@ pub mod history;
 mod host_memory;
 pub mod import;
 mod invariants;
+pub mod observer;
 pub mod oom;
 mod ptr_map;
+mod reconfigure;
 mod release;
 pub mod sim;
 pub mod sizes;
@@ -60,4 +65,6 @@ pub mod summary;
 pub use allocator::{Allocation, CacheInfo, DeviceCachingAllocator};
 pub use error::{Error, Result};
 pub use front::{CachingAllocator, DeviceAllocator, FreeMemoryCallback};
+pub use history::RecordContext;
+pub use observer::{OomObservation, OutOfMemoryObserver, TraceTracker};
 pub use sim::{SimDevice, SimMode};

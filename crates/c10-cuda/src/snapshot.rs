@@ -54,7 +54,9 @@ pub struct BlockInfo {
     pub state: BlockState,
     /// The stack of the allocation that holds the block (PyTorch's `frames`,
     /// `context_when_allocated`); `None` when none is known. [`DeviceCachingAllocator::snapshot`]
-    /// leaves it `None`: callers that know the stacks attach them.
+    /// fills it for active blocks when history is recorded with a
+    /// [`crate::history::RecordContext`] of `State` or more and the allocation had a stack;
+    /// callers that know other stacks (a replay) attach them.
     pub frames: Option<Frames>,
 }
 
@@ -82,6 +84,9 @@ pub struct SegmentInfo {
     pub is_expandable: bool,
     /// The blocks, in address order.
     pub blocks: Vec<BlockInfo>,
+    /// The stack of the `cudaMalloc` (or first mapping) that made the segment (PyTorch's
+    /// segment `frames`, `context_when_segment_allocated`); `None` when none was recorded.
+    pub frames: Option<Frames>,
 }
 
 impl SegmentInfo {
@@ -128,6 +133,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 is_large: !head.small,
                 is_expandable: head.expandable.is_some(),
                 blocks: Vec::new(),
+                frames: self.history.segment_frames(head.ptr),
             };
             let mut cur = Some(head);
             while let Some(b) = cur.filter(|b| b.mapped) {
@@ -152,7 +158,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                     size: b.size as u64,
                     requested_size: b.requested_size as u64,
                     state,
-                    frames: None,
+                    frames: if active {
+                        self.history.block_frames(b.ptr)
+                    } else {
+                        None
+                    },
                 });
                 cur = b.next.map(|n| self.blocks.get(n));
             }

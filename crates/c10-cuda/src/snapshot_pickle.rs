@@ -91,7 +91,7 @@ fn setting(v: SettingValue) -> Value {
 
 /// The snapshot dictionary PyTorch's `_snapshot()` returns, for `devices` (one entry per device,
 /// in device order) and the allocator `config`: `segments`, `device_traces`,
-/// `allocator_settings`, `external_annotations`. Trace entries and blocks carry their `frames`
+/// `allocator_settings`, `external_annotations`. Trace entries, segments and blocks carry their `frames`
 /// (an empty list when they have none); each distinct frame and stack is written once.
 pub fn snapshot_value(devices: &[DeviceSnapshot], config: &AllocatorConfig) -> Value {
     let mut cache = FrameCache::default();
@@ -125,7 +125,7 @@ pub fn snapshot_value(devices: &[DeviceSnapshot], config: &AllocatorConfig) -> V
                     Value::tuple(vec![Value::Int(0), Value::Int(0)]),
                 ),
                 entry("is_expandable", Value::Bool(s.is_expandable)),
-                entry("frames", Value::list(Vec::new())),
+                entry("frames", cache.stack(s.frames.as_ref())),
                 entry("blocks", Value::list(blocks)),
             ]));
         }

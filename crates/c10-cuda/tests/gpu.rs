@@ -131,6 +131,30 @@ fn events_on_a_new_stream() {
     device.free(ptr, size).expect("cuMemFree");
 }
 
+/// A stream made outside the device (as PyTorch's, through the C ABI) is refused until
+/// `accept_external_streams`, then events record on it.
+#[test]
+fn events_on_an_external_stream() {
+    let device = gpu();
+    let foreign = device.context().new_stream().expect("cuStreamCreate");
+    let id = StreamId(foreign.cu_stream() as usize as u64);
+    let event = device.create_event().expect("cuEventCreate");
+    assert!(matches!(
+        device.record_event(event, id),
+        Err(DeviceError::Invalid { what: "stream", .. })
+    ));
+    // SAFETY: `foreign` is a live stream of this device's primary context and outlives the
+    // event (destroyed below).
+    unsafe { device.accept_external_streams() };
+    device
+        .record_event(event, id)
+        .expect("cuEventRecord on the external stream");
+    device.synchronize_event(event).expect("cuEventSynchronize");
+    assert!(device.query_event(event).expect("cuEventQuery"));
+    device.destroy_event(event);
+    drop(foreign);
+}
+
 #[test]
 fn virtual_memory_reserve_map_copy_unmap_release() {
     let device = gpu();

@@ -1,0 +1,269 @@
+//! Call sites in the memory history: capturing where an allocation or a free came from, as
+//! PyTorch's `_record_memory_history(context=..., stacks=...)` captures Python and C++ stacks
+//! (its `CapturedTraceback::gather`).
+//!
+//! Two kinds of stack ([`Stacks`]):
+//! - [`Stacks::Caller`]: one frame, the `#[track_caller]` location of the call into the
+//!   allocator (the thread-safe front's `raw_alloc`/`raw_delete`/`empty_cache`, or c10-core's
+//!   `Allocator::allocate`). Free: a `&'static Location`, cached per thread.
+//! - [`Stacks::Full`]: the whole stack from [`backtrace`] (std's `Backtrace` does not expose its
+//!   frames), innermost first, symbolized once per address and shared between identical stacks;
+//!   the capture machinery's own frames are cut off the top.
+//!
+//! A frame's `name` is the function (`??` when unknown: a `#[track_caller]` location names only
+//! the file, line and column), `filename` the source file, `line` the line, as snapshots write
+//! them (`{filename, line, name}`), so PyTorch's viewer shows them.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::panic::Location;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use crate::allocator::DeviceCachingAllocator;
+use crate::device::DeviceMemory;
+use crate::history::{Clock, Frame, Frames, RecordContext};
+use crate::observer::TraceTracker;
+
+/// Which stack a recorded context holds (PyTorch's `stacks="python"|"all"` choice, for Rust).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Stacks {
+    /// The location of the call into the allocator (`#[track_caller]`): one frame, no cost
+    /// beyond a cached lookup.
+    #[default]
+    Caller = 0,
+    /// The full stack ([`backtrace`]): microseconds per capture, symbols resolved once per
+    /// address.
+    Full = 1,
+}
+
+/// How to record memory history: PyTorch's `_record_memory_history(enabled, context, stacks,
+/// max_entries)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistoryOptions {
+    /// Ring-buffer entries per device (`max_entries`); 0 stops recording.
+    pub max_entries: usize,
+    /// Where timestamps come from.
+    pub clock: Clock,
+    /// Which entries and blocks carry stacks (`context`).
+    pub context: RecordContext,
+    /// What a stack holds (`stacks`).
+    pub stacks: Stacks,
+}
+
+impl HistoryOptions {
+    /// `max_entries` entries with PyTorch's defaults: wall-clock times, `context="all"`, and
+    /// here [`Stacks::Caller`].
+    pub fn new(max_entries: usize) -> Self {
+        HistoryOptions {
+            max_entries,
+            clock: Clock::System,
+            context: RecordContext::All,
+            stacks: Stacks::Caller,
+        }
+    }
+
+    /// The same with `context`.
+    pub fn context(mut self, context: RecordContext) -> Self {
+        self.context = context;
+        self
+    }
+
+    /// The same with `stacks`.
+    pub fn stacks(mut self, stacks: Stacks) -> Self {
+        self.stacks = stacks;
+        self
+    }
+
+    /// The same with `clock`.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+}
+
+/// Captures the caller's stack of the kind `stacks`. With [`Stacks::Caller`] this is the
+/// `#[track_caller]` location of the caller (or of the first caller up the chain that is not
+/// `#[track_caller]` itself).
+#[track_caller]
+pub fn capture(stacks: Stacks) -> Frames {
+    match stacks {
+        Stacks::Caller => caller_frames(Location::caller()),
+        Stacks::Full => full_frames(),
+    }
+}
+
+thread_local! {
+    /// One shared stack per call-site location (locations are `'static`, so the key is stable).
+    static CALLERS: RefCell<HashMap<usize, Frames>> = RefCell::new(HashMap::new());
+}
+
+/// The one-frame stack of `location`.
+pub fn caller_frames(location: &'static Location<'static>) -> Frames {
+    let key = std::ptr::from_ref(location) as usize;
+    CALLERS.with(|cache| {
+        Arc::clone(cache.borrow_mut().entry(key).or_insert_with(|| {
+            Arc::from(vec![Frame {
+                name: Arc::from("??"),
+                filename: Arc::from(location.file()),
+                line: location.line(),
+            }])
+        }))
+    })
+}
+
+/// Leading frames that belong to the capture itself or to the layers the call came through,
+/// cut off full stacks: the unwinder, this crate (the front, this module), c10-core's
+/// `DataPtr` (whose drop calls the deleter), std's panic and closure shims (`catch_unwind`,
+/// `__rust_try`), and the C ABI crate
+/// (`tensormem_alloc`, which calls in through the front).
+const MACHINERY: &[&str] = &[
+    "backtrace::",
+    "c10_cuda::",
+    "<c10_cuda::",
+    "c10_core::data_ptr::",
+    "<c10_core::data_ptr::",
+    "core::ptr::drop_in_place<c10_core::data_ptr::",
+    "std::panicking::",
+    "std::panic::",
+    "__rust_try",
+    "core::ops::function::",
+    "<core::panic::unwind_safe::",
+    "tensormem_alloc::",
+    "<tensormem_alloc::",
+];
+
+/// Stacks kept for sharing (beyond it new stacks are still captured, just not shared).
+const MAX_CACHED_STACKS: usize = 1 << 16;
+
+#[derive(Default)]
+struct Symbols {
+    /// Return address -> its frames (several when functions were inlined), innermost first.
+    frames: HashMap<usize, Arc<[Frame]>>,
+    /// Whole stacks by their addresses, so identical stacks share one `Frames`.
+    stacks: HashMap<Box<[usize]>, Frames>,
+}
+
+fn symbols() -> &'static Mutex<Symbols> {
+    static SYMBOLS: OnceLock<Mutex<Symbols>> = OnceLock::new();
+    SYMBOLS.get_or_init(Mutex::default)
+}
+
+fn resolve(ip: usize) -> Arc<[Frame]> {
+    let mut out = Vec::new();
+    // A return address points after the call: look up the call itself (backtrace's
+    // `adjust_ip`), except for the innermost frame.
+    let lookup = ip.saturating_sub(1);
+    backtrace::resolve(lookup as *mut std::ffi::c_void, |symbol| {
+        let name = symbol
+            .name()
+            .map_or_else(|| "??".to_string(), |n| format!("{n:#}"));
+        let filename = symbol
+            .filename()
+            .map_or_else(|| "??".to_string(), |p| p.display().to_string());
+        out.push(Frame {
+            name: Arc::from(name),
+            filename: Arc::from(filename),
+            line: symbol.lineno().unwrap_or(0),
+        });
+    });
+    if out.is_empty() {
+        out.push(Frame {
+            name: Arc::from(format!("{ip:#x}")),
+            filename: Arc::from("??"),
+            line: 0,
+        });
+    }
+    Arc::from(out)
+}
+
+fn is_machinery(frame: &Frame) -> bool {
+    MACHINERY.iter().any(|p| frame.name.starts_with(p))
+}
+
+/// The full stack of the calling thread, innermost first, without the capture machinery's
+/// frames (see the module docs).
+pub fn full_frames() -> Frames {
+    let mut ips: Vec<usize> = Vec::with_capacity(64);
+    backtrace::trace(|frame| {
+        let ip = frame.ip() as usize;
+        // The unwinder ends some stacks with a null return address: not a frame.
+        if ip != 0 {
+            ips.push(ip);
+        }
+        true
+    });
+    let mut symbols = symbols().lock();
+    if let Some(stack) = symbols.stacks.get(ips.as_slice()) {
+        return Arc::clone(stack);
+    }
+    let mut frames: Vec<Frame> = Vec::with_capacity(ips.len());
+    for &ip in &ips {
+        let resolved = match symbols.frames.get(&ip) {
+            Some(f) => Arc::clone(f),
+            None => {
+                let f = resolve(ip);
+                symbols.frames.insert(ip, Arc::clone(&f));
+                f
+            }
+        };
+        frames.extend(resolved.iter().cloned());
+    }
+    let skip = frames.iter().take_while(|f| is_machinery(f)).count();
+    let stack: Frames = Arc::from(frames.split_off(skip));
+    if symbols.stacks.len() < MAX_CACHED_STACKS {
+        symbols
+            .stacks
+            .insert(ips.into_boxed_slice(), Arc::clone(&stack));
+    }
+    stack
+}
+
+impl<D: DeviceMemory> DeviceCachingAllocator<D> {
+    /// Starts (or changes) memory history with a context mode: PyTorch's
+    /// `_record_memory_history(context=..., stacks=..., max_entries=...)`.
+    /// `options.max_entries == 0` stops recording (the entries so far are kept).
+    ///
+    /// The allocator itself captures no stack: the caller of each operation passes it with
+    /// [`Self::with_context`] (the thread-safe front does this for every call, capturing outside
+    /// the lock, as PyTorch does). [`Self::record_history`] is this with
+    /// [`RecordContext::Never`].
+    pub fn record_memory_history(&mut self, options: &HistoryOptions) {
+        if options.max_entries == 0 {
+            self.history.disable();
+        } else {
+            self.history
+                .enable_with(options.max_entries, options.clock, options.context);
+        }
+    }
+
+    /// The context mode in force ([`RecordContext::Never`] while history is off).
+    pub fn record_context(&self) -> RecordContext {
+        self.history.context()
+    }
+
+    /// Runs `f` with `frames` as the stack of the operation: the trace entries `f` makes, and
+    /// the blocks it allocates, carry it as [`RecordContext`] says (PyTorch passes the gathered
+    /// context down through `malloc`, `free` and `emptyCache`). `None` runs `f` without one.
+    ///
+    /// # Panics
+    /// Resumes a panic of `f`, after restoring the previous stack.
+    pub fn with_context<R>(&mut self, frames: Option<Frames>, f: impl FnOnce(&mut Self) -> R) -> R {
+        let previous = self.history.set_current(frames);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
+        self.history.set_current(previous);
+        match result {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// Attaches a trace tracker, called with this device's index and every trace entry from
+    /// now on, whether or not history is recorded (PyTorch's `attachAllocatorTraceTracker`). It
+    /// runs inside the allocator's operations: see [`TraceTracker`] for what it must not do.
+    pub fn attach_trace_tracker(&mut self, tracker: TraceTracker) {
+        let device = self.device.index();
+        self.history.attach_tracker(device, tracker);
+    }
+}
