@@ -765,7 +765,11 @@ impl NDArray {
     /// # Errors
     /// As [`NDArray::neg`].
     pub fn sigmoid(&self) -> Result<NDArray> {
-        self.unary("sigmoid", promote_integer_to_float(self.dtype()), Tensor::sigmoid)
+        self.unary(
+            "sigmoid",
+            promote_integer_to_float(self.dtype()),
+            Tensor::sigmoid,
+        )
     }
 
     /// `tanh(self)`, pushed (integer arrays give `Float`, as aten).

@@ -436,7 +436,10 @@ fn an_op_error_is_delivered_once_on_wait_to_read_and_skips_dependents() {
                 let c = a.matmul(&wide).unwrap(); // aten checks dtypes when the kernel runs
                 let err = c.wait_to_read().unwrap_err();
                 assert!(err.is_op_failure(), "{name}: {err}");
-                assert!(err.to_string().contains("op `matmul` failed"), "{name}: {err}");
+                assert!(
+                    err.to_string().contains("op `matmul` failed"),
+                    "{name}: {err}"
+                );
                 assert!(
                     matches!(err.tensor_error(), Some(aten::Error::DtypeMismatch { .. })),
                     "{name}: {err}"
@@ -451,7 +454,10 @@ fn an_op_error_is_delivered_once_on_wait_to_read_and_skips_dependents() {
                 count_into(&d, &e); // skipped
                 let f = e.tanh().unwrap(); // skipped
                 let err = f.wait_to_read().unwrap_err();
-                assert!(err.to_string().contains("op `matmul` failed"), "{name}: {err}");
+                assert!(
+                    err.to_string().contains("op `matmul` failed"),
+                    "{name}: {err}"
+                );
                 assert_eq!(ran.load(Ordering::SeqCst), 0, "{name}: a dependent op ran");
                 // Delivered once: every array that shared it is clean now.
                 for array in [&c, &d, &e, &f] {
@@ -522,7 +528,11 @@ fn results_have_aten_s_promoted_dtypes() {
         let s = l.add_scalar(0.5).unwrap();
         assert_eq!(s.to_vec::<f32>().unwrap(), [-4.5, 7.5], "{name}");
         assert_eq!(l.exp().unwrap().dtype(), ScalarType::Float, "{name}");
-        assert_eq!(l.mul(&m).unwrap().to_vec::<i64>().unwrap(), [10, 14], "{name}");
+        assert_eq!(
+            l.mul(&m).unwrap().to_vec::<i64>().unwrap(),
+            [10, 14],
+            "{name}"
+        );
         engine.wait_for_all().unwrap();
     }
 }
