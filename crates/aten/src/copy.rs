@@ -191,12 +191,17 @@ impl Tensor {
     /// [`Error::MemoryOverlap`] for a tensor with self-overlapping elements;
     /// [`Error::UnsupportedDevice`] off the host.
     pub fn fill_(&self, value: f64) -> Result<()> {
-        check_no_internal_overlap("fill_", self)?;
+        self.fill_for("fill_", value)
+    }
+
+    /// [`Tensor::fill_`] with errors naming `op`.
+    fn fill_for(&self, op: &'static str, value: f64) -> Result<()> {
+        check_no_internal_overlap(op, self)?;
         if host::is_host_accessible(self) {
-            self.fill_raw("fill_", value)?;
+            self.fill_raw(op, value)?;
         } else {
             let host = Tensor::full(self.sizes(), value, self.options().device(Device::cpu()))?;
-            crate::device_copy::copy_across("fill_", self, &host, host.layout().clone())?;
+            crate::device_copy::copy_across(op, self, &host, host.layout().clone())?;
         }
         self.bump_version();
         Ok(())
@@ -207,6 +212,6 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::fill_`].
     pub fn zero_(&self) -> Result<()> {
-        self.fill_(0.0)
+        self.fill_for("zero_", 0.0)
     }
 }

@@ -292,7 +292,7 @@ impl Tensor {
     /// [`Error::InvalidShape`] when the shape's element count differs from `data.len()`
     /// (a `-1` is inferred).
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[i64]) -> Result<Tensor> {
-        Tensor::from_slice(&data, shape)
+        Tensor::from_slice_for("from_vec", &data, shape)
     }
 
     /// A CPU tensor of `shape` copied from `data`, as [`Tensor::from_vec`].
@@ -300,9 +300,14 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::from_vec`].
     pub fn from_slice<T: Element>(data: &[T], shape: &[i64]) -> Result<Tensor> {
-        let shape = layout::infer_size("from_slice", shape, data.len())?;
+        Tensor::from_slice_for("from_slice", data, shape)
+    }
+
+    /// [`Tensor::from_slice`] with errors naming `op`.
+    fn from_slice_for<T: Element>(op: &'static str, data: &[T], shape: &[i64]) -> Result<Tensor> {
+        let shape = layout::infer_size(op, shape, data.len())?;
         let t = Tensor::empty_uninit(&shape, T::SCALAR_TYPE, Device::cpu())?;
-        crate::host::with_bytes_mut("from_slice", &t, |bytes| {
+        crate::host::with_bytes_mut(op, &t, |bytes| {
             bytes.copy_from_slice(bytemuck::cast_slice(data));
         })?;
         Ok(t)

@@ -159,8 +159,11 @@ impl Layout {
     }
 
     /// The same elements with dimension `i` of the result being dimension `perm[i]` of this
-    /// layout (a permutation; unchecked, for the kernels' iteration order).
-    pub(crate) fn permuted(&self, perm: &[usize]) -> Layout {
+    /// layout (a permutation; unchecked, for the kernels' iteration order); `None` keeps it.
+    pub(crate) fn permuted(self, perm: Option<&[usize]>) -> Layout {
+        let Some(perm) = perm else {
+            return self;
+        };
         Layout {
             sizes: perm.iter().map(|&d| self.sizes[d]).collect(),
             strides: perm.iter().map(|&d| self.strides[d]).collect(),
@@ -392,30 +395,40 @@ fn broadcast_strides(shape: &[i64], sizes: &[i64], strides: &[i64]) -> Vec<i64> 
 /// # Panics
 /// If an input has more dimensions than `shape` (an internal bug: `shape` is their broadcast).
 pub fn elementwise_strides(shape: &[i64], inputs: &[(&[i64], &[i64])]) -> Vec<i64> {
+    elementwise_strides_unless_contiguous(shape, inputs)
+        .unwrap_or_else(|| contiguous_strides(shape))
+}
+
+/// [`elementwise_strides`], or `None` when they are [`contiguous_strides`] (the common case,
+/// answered without allocating).
+pub(crate) fn elementwise_strides_unless_contiguous(
+    shape: &[i64],
+    inputs: &[(&[i64], &[i64])],
+) -> Option<Vec<i64>> {
     let n = shape.len();
     if inputs.iter().all(|&(sizes, _)| sizes == shape) {
         if inputs
             .iter()
             .all(|&(sizes, strides)| is_contiguous(sizes, strides))
         {
-            return contiguous_strides(shape);
+            return None;
         }
         if inputs
             .iter()
             .all(|&(sizes, strides)| is_channels_last_contiguous(sizes, strides))
         {
-            return channels_last_strides(shape);
+            return Some(channels_last_strides(shape));
         }
         if let Some(&(_, first)) = inputs.first() {
             if inputs.iter().all(|&(sizes, strides)| {
                 strides == first && is_non_overlapping_and_dense(sizes, strides)
             }) {
-                return first.to_vec();
+                return Some(first.to_vec());
             }
         }
     }
     if n <= 1 {
-        return contiguous_strides(shape);
+        return None;
     }
     let strides: Vec<Vec<i64>> = inputs
         .iter()
@@ -438,7 +451,7 @@ pub fn elementwise_strides(shape: &[i64], inputs: &[(&[i64], &[i64])]) -> Vec<i6
         0
     });
     if perm.iter().enumerate().all(|(j, &d)| d == n - 1 - j) {
-        return contiguous_strides(shape);
+        return None;
     }
     let mut out = vec![0i64; n];
     let mut next = 1i64;
@@ -446,15 +459,19 @@ pub fn elementwise_strides(shape: &[i64], inputs: &[(&[i64], &[i64])]) -> Vec<i6
         out[d] = next;
         next *= shape[d];
     }
-    out
+    Some(out)
 }
 
 /// The dimensions of a layout from the largest stride to the smallest (stable: ties keep
-/// row-major order), the order in which a kernel visits memory sequentially.
-pub(crate) fn memory_order(strides: &[i64]) -> Vec<usize> {
+/// row-major order), the order in which a kernel visits memory sequentially; `None` when that
+/// is the row-major order already (strides never increase), answered without allocating.
+pub(crate) fn memory_order(strides: &[i64]) -> Option<Vec<usize>> {
+    if strides.windows(2).all(|w| w[0] >= w[1]) {
+        return None;
+    }
     let mut perm: Vec<usize> = (0..strides.len()).collect();
     perm.sort_by(|&a, &b| strides[b].cmp(&strides[a]));
-    perm
+    Some(perm)
 }
 
 /// Wraps a possibly negative dimension into `0..ndim`, as c10's `maybe_wrap_dim` (a 0-d tensor

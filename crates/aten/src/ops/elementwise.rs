@@ -345,8 +345,10 @@ fn new_output(
     dtype: ScalarType,
     like: &Tensor,
 ) -> Result<Tensor> {
-    let strides = layout::elementwise_strides(shape, inputs);
-    Tensor::empty_strided_uninit(op, shape, &strides, dtype, like.device())
+    match layout::elementwise_strides_unless_contiguous(shape, inputs) {
+        None => Tensor::empty_uninit(shape, dtype, like.device()),
+        Some(strides) => Tensor::empty_strided_uninit(op, shape, &strides, dtype, like.device()),
+    }
 }
 
 /// Refuses an integer division by zero, as ATen's "ZeroDivisionError" (checked before any
@@ -449,23 +451,26 @@ fn binary(
     // Every operand visits the output's memory order (elementwise: the order changes no value).
     let order = layout::memory_order(out.strides());
     let expanded = |t: &Tensor| -> Result<Layout> {
+        if t.sizes() == out_shape.as_slice() {
+            return Ok(t.layout().clone().permuted(order.as_deref()));
+        }
         let (sizes, strides) = layout::expand_geometry(t.sizes(), t.strides(), &out_shape)?;
-        Ok(Layout::from_parts(sizes, strides, t.storage_offset()).permuted(&order))
+        Ok(Layout::from_parts(sizes, strides, t.storage_offset()).permuted(order.as_deref()))
     };
     let a_layout = expanded(&lhs)?;
     let b_layout = rhs_tensor.as_ref().map(expanded).transpose()?;
-    let out_layout = out.layout().permuted(&order);
+    let out_layout = out.layout().clone().permuted(order.as_deref());
     let mut reads: Vec<&Tensor> = vec![&lhs];
     reads.extend(rhs_tensor.as_ref());
     {
         let access = Access::lock(op_name, &reads, &[&out])?;
         macro_rules! typed {
             ($T:ident, $kernel:ident) => {{
-                let dst = access.dst_as::<$T>(op_name, &out, out_layout.clone())?;
-                let src = access.src_as::<$T>(op_name, &lhs, a_layout.clone())?;
-                let operand = match (&rhs_tensor, &b_layout, rhs) {
+                let dst = access.dst_as::<$T>(op_name, &out, out_layout)?;
+                let src = access.src_as::<$T>(op_name, &lhs, a_layout)?;
+                let operand = match (&rhs_tensor, b_layout, rhs) {
                     (Some(b), Some(l), _) => {
-                        Operand::Tensor(access.src_as::<$T>(op_name, b, l.clone())?)
+                        Operand::Tensor(access.src_as::<$T>(op_name, b, l)?)
                     }
                     (_, _, Rhs::Scalar(s)) => Operand::Scalar(scalar_as::<$T>(s)),
                     _ => unreachable!("a tensor operand has a layout"),
@@ -476,11 +481,11 @@ fn binary(
         }
         macro_rules! integer_checked {
             ($T:ident) => {{
-                let dst = access.dst_as::<$T>(op_name, &out, out_layout.clone())?;
-                let src = access.src_as::<$T>(op_name, &lhs, a_layout.clone())?;
-                let operand = match (&rhs_tensor, &b_layout, rhs) {
+                let dst = access.dst_as::<$T>(op_name, &out, out_layout)?;
+                let src = access.src_as::<$T>(op_name, &lhs, a_layout)?;
+                let operand = match (&rhs_tensor, b_layout, rhs) {
                     (Some(b), Some(l), _) => {
-                        Operand::Tensor(access.src_as::<$T>(op_name, b, l.clone())?)
+                        Operand::Tensor(access.src_as::<$T>(op_name, b, l)?)
                     }
                     (_, _, Rhs::Scalar(s)) => Operand::Scalar(scalar_as::<$T>(s)),
                     _ => unreachable!("a tensor operand has a layout"),
@@ -543,14 +548,14 @@ fn unary(op_name: &'static str, op: Unary, a: &Tensor, in_place: bool) -> Result
     };
     let src_tensor = as_dtype(a, dtype)?;
     let order = layout::memory_order(out.strides());
-    let src_layout = src_tensor.layout().permuted(&order);
-    let out_layout = out.layout().permuted(&order);
+    let src_layout = src_tensor.layout().clone().permuted(order.as_deref());
+    let out_layout = out.layout().clone().permuted(order.as_deref());
     {
         let access = Access::lock(op_name, &[&src_tensor], &[&out])?;
         macro_rules! typed {
             ($T:ident, $kernel:ident) => {{
-                let dst = access.dst_as::<$T>(op_name, &out, out_layout.clone())?;
-                let src = access.src_as::<$T>(op_name, &src_tensor, src_layout.clone())?;
+                let dst = access.dst_as::<$T>(op_name, &out, out_layout)?;
+                let src = access.src_as::<$T>(op_name, &src_tensor, src_layout)?;
                 $kernel(op, &dst, &src);
                 Ok(())
             }};
