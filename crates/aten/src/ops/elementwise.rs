@@ -469,9 +469,7 @@ fn binary(
                 let dst = access.dst_as::<$T>(op_name, &out, out_layout)?;
                 let src = access.src_as::<$T>(op_name, &lhs, a_layout)?;
                 let operand = match (&rhs_tensor, b_layout, rhs) {
-                    (Some(b), Some(l), _) => {
-                        Operand::Tensor(access.src_as::<$T>(op_name, b, l)?)
-                    }
+                    (Some(b), Some(l), _) => Operand::Tensor(access.src_as::<$T>(op_name, b, l)?),
                     (_, _, Rhs::Scalar(s)) => Operand::Scalar(scalar_as::<$T>(s)),
                     _ => unreachable!("a tensor operand has a layout"),
                 };
@@ -484,9 +482,7 @@ fn binary(
                 let dst = access.dst_as::<$T>(op_name, &out, out_layout)?;
                 let src = access.src_as::<$T>(op_name, &lhs, a_layout)?;
                 let operand = match (&rhs_tensor, b_layout, rhs) {
-                    (Some(b), Some(l), _) => {
-                        Operand::Tensor(access.src_as::<$T>(op_name, b, l)?)
-                    }
+                    (Some(b), Some(l), _) => Operand::Tensor(access.src_as::<$T>(op_name, b, l)?),
                     (_, _, Rhs::Scalar(s)) => Operand::Scalar(scalar_as::<$T>(s)),
                     _ => unreachable!("a tensor operand has a layout"),
                 };
