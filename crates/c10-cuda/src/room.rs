@@ -18,7 +18,12 @@
 //!   once unmapped, let the device map the pages the request needs.
 //!
 //! A plan's cost is the sum of its blocks' costs (`+inf` costs are counted apart and compared
-//! first, so a plan with fewer of them wins); ties go to the plan that frees fewer bytes. The
+//! first, so a plan with fewer of them wins); ties go to the plan that frees fewer bytes. With a
+//! [`RoomOptions::byte_credit`] `λ`, a plan that makes `x` bytes more available than the
+//! request needs (a longer run, more pages or segments) is credited `λ·x`: plans are ranked by
+//! `cost - λ·x`, so spare room counts at the price the owner puts on a byte. While `λ` is at
+//! most every freeable block's cost per byte, a longer run is never better for the same right
+//! end, so the scan stays exact. The
 //! plan is a proposal: nothing changes until the owner frees the blocks and calls
 //! [`DeviceCachingAllocator::try_malloc`] again.
 
@@ -127,13 +132,16 @@ pub struct RoomPlan {
 }
 
 /// Which kinds of plan [`DeviceCachingAllocator::plan_room`] may return.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RoomOptions {
     /// Contiguous runs inside a segment ([`RoomKind::Window`]).
     pub window: bool,
     /// Whole segments or expandable pages given back to the device ([`RoomKind::Release`],
     /// [`RoomKind::Pages`]).
     pub release: bool,
+    /// What a byte made available beyond the request is worth, in cost units (0: plans are
+    /// ranked by total cost alone). Plans are ranked by `cost - byte_credit · spare bytes`.
+    pub byte_credit: f64,
 }
 
 impl Default for RoomOptions {
@@ -141,6 +149,7 @@ impl Default for RoomOptions {
         RoomOptions {
             window: true,
             release: true,
+            byte_credit: 0.0,
         }
     }
 }
@@ -180,19 +189,36 @@ impl Item {
 struct Best {
     cost: RoomCost,
     freed: usize,
+    /// Bytes made available beyond what the request needs.
+    spare: usize,
     kind: RoomKind,
     /// Items (indices into the scratch list) to free.
     items: Vec<usize>,
 }
 
-fn better(cost: RoomCost, freed: usize, best: &Option<Best>) -> bool {
-    match best {
-        None => true,
-        Some(b) => match cost.compare(&b.cost) {
+/// How candidates compare ([`RoomOptions::byte_credit`]).
+#[derive(Clone, Copy)]
+struct Rank {
+    credit: f64,
+}
+
+impl Rank {
+    /// Whether a candidate costing `cost`, freeing `freed` bytes of blocks and making `spare`
+    /// bytes available beyond the need beats `best`.
+    fn better(self, cost: RoomCost, freed: usize, spare: usize, best: &Option<Best>) -> bool {
+        let Some(b) = best else {
+            return true;
+        };
+        let net = |c: RoomCost, x: usize| c.finite - self.credit * x as f64;
+        let order = cost
+            .infinite
+            .cmp(&b.cost.infinite)
+            .then(net(cost, spare).total_cmp(&net(b.cost, b.spare)));
+        match order {
             Ordering::Less => true,
             Ordering::Greater => false,
             Ordering::Equal => freed < b.freed,
-        },
+        }
     }
 }
 
@@ -255,13 +281,16 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             });
         }
         let mut best: Option<Best> = None;
+        let rank = Rank {
+            credit: options.byte_credit.max(0.0),
+        };
         if options.window {
             for s in segs.iter().filter(|s| s.matches) {
-                self.best_window(&items[s.first..s.end], s, req.size, &mut best);
+                self.best_window(&items[s.first..s.end], s, req.size, rank, &mut best);
             }
         }
         if options.release {
-            self.best_release(miss, &items, &segs, &mut best);
+            self.best_release(miss, &items, &segs, rank, &mut best);
         }
         let best = best?;
         let mut tags = Vec::with_capacity(best.items.len());
@@ -292,7 +321,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     }
 
     /// The cheapest window of one segment (two pointers).
-    fn best_window(&self, run: &[Item], seg: &Seg, size: usize, best: &mut Option<Best>) {
+    fn best_window(
+        &self,
+        run: &[Item],
+        seg: &Seg,
+        size: usize,
+        rank: Rank,
+        best: &mut Option<Best>,
+    ) {
         let base = seg.first;
         let mut left = 0usize;
         let mut span = 0usize;
@@ -315,7 +351,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 total = total.sub(run[left].cost());
                 left += 1;
             }
-            if span < size || evicted == 0 || !better(total, evicted, best) {
+            if span < size || evicted == 0 || !rank.better(total, evicted, span - size, best) {
                 continue;
             }
             // The merged block also takes the free neighbours just outside the run.
@@ -332,6 +368,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             *best = Some(Best {
                 cost: total,
                 freed: evicted,
+                spare: span - size,
                 kind: RoomKind::Window {
                     segment: seg.base,
                     start: run[left].ptr,
@@ -344,7 +381,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// The cheapest set of whole segments or expandable pages that gives the device the bytes
     /// the request's growth needs.
-    fn best_release(&self, miss: &Miss, items: &[Item], segs: &[Seg], best: &mut Option<Best>) {
+    fn best_release(
+        &self,
+        miss: &Miss,
+        items: &[Item],
+        segs: &[Seg],
+        rank: Rank,
+        best: &mut Option<Best>,
+    ) {
         let req = miss.request;
         let mut headroom = miss.device_free;
         if let Some(allowed) = self.allowed_memory_maximum {
@@ -394,10 +438,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                     first: s.first,
                     end: s.end,
                 });
-                if gives >= need && better(cost, evicted, best) {
+                if gives >= need && rank.better(cost, evicted, gives - need, best) {
                     *best = Some(Best {
                         cost,
                         freed: evicted,
+                        spare: gives - need,
                         kind: RoomKind::Release { segments: 1 },
                         items: (s.first..s.end).collect(),
                     });
@@ -439,13 +484,15 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                         evicted -= r[left].evicted();
                         left += 1;
                     }
+                    let gives = pages_in(r[left].ptr, end_ptr(j));
                     if evicted > 0
-                        && pages_in(r[left].ptr, end_ptr(j)) >= need
-                        && better(total, evicted, best)
+                        && gives >= need
+                        && rank.better(total, evicted, gives - need, best)
                     {
                         *best = Some(Best {
                             cost: total,
                             freed: evicted,
+                            spare: gives - need,
                             kind: RoomKind::Pages {
                                 bytes: pages_in(r[left].ptr, end_ptr(j)),
                             },
@@ -488,7 +535,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             picked.extend(u.first..u.end);
             count += 1;
         }
-        if count > 1 && gave >= need && better(cost, evicted, best) {
+        if count > 1 && gave >= need && rank.better(cost, evicted, gave - need, best) {
             let kind = if self.config.expandable_segments {
                 RoomKind::Pages { bytes: gave }
             } else {
@@ -497,6 +544,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             *best = Some(Best {
                 cost,
                 freed: evicted,
+                spare: gave - need,
                 kind,
                 items: picked,
             });

@@ -219,6 +219,7 @@ fn a_request_larger_than_every_segment_releases_whole_segments() {
     let windows = RoomOptions {
         window: true,
         release: false,
+        ..RoomOptions::default()
     };
     // A window inside it covers 12 MiB; releasing it also gives the device room.
     let w = a.plan_room(&m, windows, |_| Some(1.0)).unwrap();
@@ -227,6 +228,7 @@ fn a_request_larger_than_every_segment_releases_whole_segments() {
     let release = RoomOptions {
         window: false,
         release: true,
+        ..RoomOptions::default()
     };
     let r = a.plan_room(&m, release, |_| Some(1.0)).unwrap();
     assert_eq!(r.kind, RoomKind::Release { segments: 1 });
@@ -254,6 +256,7 @@ fn expandable_segments_free_whole_pages() {
     let pages = RoomOptions {
         window: false,
         release: true,
+        ..RoomOptions::default()
     };
     let plan = a
         .plan_room(&m, pages, |t| Some(costs[t as usize]))
