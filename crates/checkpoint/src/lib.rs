@@ -44,6 +44,7 @@ pub mod allocator_backend;
 pub mod api;
 pub mod backend;
 pub mod budget;
+pub mod device_budget;
 pub mod error;
 mod estar;
 pub mod graph;
@@ -60,8 +61,9 @@ pub mod sweep;
 pub mod union_find;
 
 pub use allocator_backend::{AllocatorBackend, AllocatorReport};
-pub use backend::{Backend, NullBackend, RunRequest};
+pub use backend::{AllocOutcome, AllocRequest, Backend, NullBackend, RunRequest};
 pub use budget::budget_for_ratio;
+pub use device_budget::Strategy;
 pub use error::{BoxError, Error, Result};
 pub use graph::{OpId, StorageId, StorageState, TensorId};
 pub use heuristic::Heuristic;
