@@ -961,6 +961,10 @@ impl<B: Backend> Runtime<B> {
         let cost = match cost {
             Ok(c) => c,
             Err(e) => {
+                if device {
+                    // Reservations made for a run that did not happen go back.
+                    let _ = self.backend.free_scratch();
+                }
                 self.memory -= total;
                 self.scratch_dups = dups;
                 self.scratch_new = newly;

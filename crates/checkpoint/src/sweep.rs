@@ -313,3 +313,72 @@ pub fn table(sweep: &Sweep, allocator: bool) -> String {
     }
     out
 }
+
+/// The smallest ratio among `runs` (one strategy and heuristic) whose run completed with
+/// overhead at most `limit` (the 1.5), with that overhead.
+pub fn smallest_ratio<'a>(
+    runs: impl IntoIterator<Item = &'a SweepRun>,
+    limit: f64,
+) -> Option<(f64, f64)> {
+    runs.into_iter()
+        .filter_map(|r| r.overhead.filter(|&o| o <= limit).map(|o| (r.ratio, o)))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// A device-memory budget sweep as a text table: one row per run with strategy, heuristic,
+/// ratio, device capacity (GB = 1e9 bytes), status, overhead, the allocator's peak reserved
+/// and allocated bytes (GB), evictions, rematerializations, misses, fragmentation at the
+/// reserved peak and search time (ms).
+pub fn device_table(sweep: &Sweep) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "baseline: peak {:.3} GB ({} bytes), compute {:.3} ms",
+        sweep.baseline.peak_bytes as f64 / GB,
+        sweep.baseline.peak_bytes,
+        sweep.baseline.compute_ns as f64 / 1e6
+    );
+    let _ = writeln!(
+        out,
+        "{:<14} {:<10} {:>5} {:>10} {:>6} {:>9} {:>11} {:>12} {:>9} {:>7} {:>7} {:>6} {:>9}",
+        "strategy",
+        "heuristic",
+        "ratio",
+        "device GB",
+        "status",
+        "overhead",
+        "reserved GB",
+        "allocated GB",
+        "evictions",
+        "remats",
+        "misses",
+        "frag",
+        "search ms"
+    );
+    for r in &sweep.runs {
+        let overhead = match r.overhead {
+            Some(o) => format!("{o:.4}"),
+            None => "-".into(),
+        };
+        let a = r.allocator.unwrap_or_default();
+        let p = &r.result.profile;
+        let _ = writeln!(
+            out,
+            "{:<14} {:<10} {:>5.2} {:>10.3} {:>6} {:>9} {:>11.3} {:>12.3} {:>9} {:>7} {:>7} {:>5.1}% {:>9.2}",
+            r.strategy.map_or("-", Strategy::name),
+            r.heuristic.name(),
+            r.ratio,
+            r.budget_bytes as f64 / GB,
+            r.status().as_str(),
+            overhead,
+            a.peak_reserved_bytes as f64 / GB,
+            a.peak_allocated_bytes as f64 / GB,
+            p.evictions,
+            p.remats,
+            p.misses,
+            a.fragmentation() * 100.0,
+            p.search_ns as f64 / 1e6
+        );
+    }
+    out
+}
