@@ -551,22 +551,27 @@ mod tests {
 
     /// A 6-layer chain: forward activations kept for a backward pass that releases them.
     fn chain_log() -> String {
+        chain_log_of(100)
+    }
+
+    /// [`chain_log`] with tensors of `bytes`.
+    fn chain_log_of(bytes: u64) -> String {
         let mut w = checkpoint::LogWriter::new(Vec::new());
         w.annotate("START").unwrap();
-        w.constant("x0", 100).unwrap();
+        w.constant("x0", bytes).unwrap();
         for i in 1..=6 {
             let (prev, name) = (format!("x{}", i - 1), format!("x{i}"));
-            w.call("f", &[prev], &[(name.as_str(), 100, None)], 10)
+            w.call("f", &[prev], &[(name.as_str(), bytes, None)], 10)
                 .unwrap();
         }
         w.annotate("BACKWARD").unwrap();
-        w.call("loss", &["x6"], &[("g6", 100, None)], 10).unwrap();
+        w.call("loss", &["x6"], &[("g6", bytes, None)], 10).unwrap();
         for i in (1..=5).rev() {
             let (g, a, out) = (format!("g{}", i + 1), format!("x{i}"), format!("g{i}"));
             w.call(
                 "f_backward",
                 &[g.as_str(), a.as_str()],
-                &[(out.as_str(), 100, None)],
+                &[(out.as_str(), bytes, None)],
                 20,
             )
             .unwrap();
@@ -683,6 +688,137 @@ mod tests {
         assert!(out.ends_with(&format!("plot written to {}\n", svg.display())));
         let drawn = std::fs::read_to_string(&svg).unwrap();
         assert!(drawn.contains("dtr-eq") && drawn.contains("<svg"));
+    }
+
+    #[test]
+    fn device_budget_runs_every_strategy_beside_the_blind_run() {
+        // 12 MiB tensors: each a segment of its own (requests of 10 MiB and more).
+        let p = write_log("chain12.log", &chain_log_of(12 << 20));
+        let path = p.to_str().unwrap();
+        let o = args(&[path, "--device-budget", "--sweep", "--step", "0.25"])
+            .options()
+            .unwrap();
+        assert_eq!(o.ratios, [0.25, 0.5, 0.75, 1.0]);
+        assert_eq!(o.heuristics, [Heuristic::DtrEq]);
+        assert_eq!(o.device.as_ref().unwrap().strategies, Strategy::ALL);
+        let doc: serde_json::Value = serde_json::from_str(
+            &run(&args(&[
+                path,
+                "--device-budget",
+                "--sweep",
+                "--step",
+                "0.25",
+                "--json",
+            ]))
+            .unwrap(),
+        )
+        .unwrap();
+        let runs = doc["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 4 * Strategy::ALL.len());
+        assert_eq!(doc["blind_runs"].as_array().unwrap().len(), 4);
+        assert_eq!(doc["baseline"]["peak_bytes"], 9 * (12u64 << 20));
+        for r in runs {
+            for key in [
+                "strategy",
+                "ratio",
+                "budget_bytes",
+                "status",
+                "reserved_peak_bytes",
+                "allocated_peak_bytes",
+                "evictions",
+                "remats",
+                "search_ns",
+                "fragmentation",
+                "misses",
+            ] {
+                assert!(!r[key].is_null(), "{key}");
+            }
+            assert!(r.get("overhead").is_some());
+            assert!(
+                r["reserved_peak_bytes"].as_u64().unwrap() <= r["budget_bytes"].as_u64().unwrap()
+            );
+        }
+        // At the no-eviction peak, 9 tensors of exactly 12 MiB fit on the device: no eviction.
+        let at_one = &runs[3];
+        assert_eq!(
+            (
+                at_one["strategy"].as_str(),
+                at_one["ratio"].as_f64(),
+                at_one["status"].as_str()
+            ),
+            (Some("callback"), Some(1.0), Some("OK"))
+        );
+        assert_eq!(at_one["reserved_peak_bytes"], 9 * (12u64 << 20));
+        assert_eq!(at_one["evictions"], 0);
+        let smallest = doc["smallest"].as_array().unwrap();
+        assert_eq!(smallest.len(), Strategy::ALL.len());
+        // The summary is the smallest ratio completing with overhead <= 1.5, per strategy.
+        let smallest_of = |runs: &[serde_json::Value], strategy: Option<&str>| {
+            runs.iter()
+                .filter(|r| strategy.is_none() || r["strategy"].as_str() == strategy)
+                .filter(|r| r["overhead"].as_f64().is_some_and(|o| o <= 1.5))
+                .map(|r| r["ratio"].as_f64().unwrap())
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))))
+        };
+        let blind = doc["blind_runs"].as_array().unwrap();
+        for (k, s) in Strategy::ALL.iter().enumerate() {
+            assert_eq!(smallest[k]["strategy"], s.name());
+            assert_eq!(
+                smallest[k]["smallest_ratio"].as_f64(),
+                smallest_of(runs, Some(s.name()))
+            );
+            assert_eq!(
+                smallest[k]["blind_smallest_ratio"].as_f64(),
+                smallest_of(blind, None)
+            );
+        }
+        let text = run(&args(&[
+            path,
+            "--device-budget",
+            "--strategy",
+            "window,callback",
+        ]))
+        .unwrap();
+        assert!(
+            text.contains(
+                "device-memory budget: the budget is the device's capacity (allocator default)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("reserved bytes over the device's capacity: 0 of 20 runs"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nsmallest budget with overhead <= 1.5: window dtr-eq: "),
+            "{text}"
+        );
+        let svg = p.with_extension("svg");
+        run(&args(&[
+            path,
+            "--device-budget",
+            "--sweep",
+            "--plot",
+            svg.to_str().unwrap(),
+        ]))
+        .unwrap();
+        let drawn = std::fs::read_to_string(&svg).unwrap();
+        assert!(drawn.contains("allocator-blind (dtr-eq)") && drawn.contains("window (dtr-eq)"));
+        // Errors.
+        let e = args(&[path, "--device-budget", "--strategy", "belady"])
+            .options()
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "--strategy: unknown strategy 'belady' (use callback, window, window-total, window-score or window-first)"
+        );
+        let e = args(&[path, "--step", "1.5"]).options().unwrap_err();
+        assert_eq!(e, "--step 1.5: expected a step in (0, 1] (e.g. 0.05)");
+        let e = args(&[path, "--device-budget", "--alloc-conf", "bogus:1"])
+            .options()
+            .unwrap_err();
+        assert!(e.starts_with("--alloc-conf: "), "{e}");
+        assert!(Wrap::try_parse_from(["dtr", path, "--strategy", "window"]).is_err());
     }
 
     #[test]
