@@ -176,6 +176,49 @@ fn free_blocks_join_windows_at_no_cost_and_unfreeable_blocks_break_them() {
 }
 
 #[test]
+fn a_byte_credit_pays_for_spare_room() {
+    // One full 20 MiB segment: blocks of 2, 2, 8, 2, 2, 2, 2 MiB tagged 0..6.
+    let mut a = alloc(20 * MIB, "");
+    let ptrs: Vec<DevicePtr> = [2, 2, 8, 2, 2, 2, 2]
+        .iter()
+        .enumerate()
+        .map(|(i, &mib)| {
+            let p = a.malloc(mib * MIB, S).unwrap().ptr;
+            a.set_block_tag(p, i as u64).unwrap();
+            p
+        })
+        .collect();
+    let m = miss(&mut a, 3 * MIB);
+    let costs = [1.0, 1.0, 2.5, 9.0, 9.0, 9.0, 9.0];
+    let plan = |credit_per_mib: f64| {
+        let options = RoomOptions {
+            byte_credit: credit_per_mib / MIB as f64,
+            ..RoomOptions::default()
+        };
+        a.plan_room(&m, options, |t| Some(costs[t as usize]))
+            .unwrap()
+    };
+    // By total cost {0, 1} (4 MiB, 1 MiB spare) at 2.0 beats {2} (8 MiB, 5 MiB spare) at 2.5.
+    assert_eq!(plan(0.0).tags, [0, 1]);
+    // Credited x per spare MiB: 2 - x against 2.5 - 5x; {2} wins above x = 0.125.
+    assert_eq!(plan(0.1).tags, [0, 1]);
+    let p = plan(0.2);
+    assert_eq!(p.tags, [2]);
+    assert_eq!(
+        (p.cost.value(), p.freed_bytes, p.kind),
+        (
+            2.5,
+            8 * MIB,
+            RoomKind::Window {
+                segment: ptrs[0],
+                start: ptrs[2],
+                span: 8 * MIB
+            }
+        )
+    );
+}
+
+#[test]
 fn a_request_larger_than_every_segment_releases_whole_segments() {
     let mut a = alloc(40 * MIB, "");
     let mut ptrs = Vec::new();
@@ -406,7 +449,12 @@ proptest! {
                 MallocOutcome::Miss(m) => {
                     // Every third block cannot be freed; costs from the seed.
                     let cost = |t: u64| (t % 3 != 0).then_some(((t ^ seed) % 97) as f64);
-                    match a.plan_room(&m, RoomOptions::default(), cost) {
+                    // A credit for spare room, sometimes above the blocks' cost per byte.
+                    let options = RoomOptions {
+                        byte_credit: (seed % 4) as f64 * 1e-6,
+                        ..RoomOptions::default()
+                    };
+                    match a.plan_room(&m, options, cost) {
                         None => None,
                         Some(plan) => {
                             prop_assert!(!plan.tags.is_empty());
