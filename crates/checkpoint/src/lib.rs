@@ -19,6 +19,12 @@
 //! h_DTR^local, LRU, largest-first, MSPS, random; optional sqrt(n) sampling and small-tensor
 //! filter. [`sweep`] runs the paper's budget sweeps.
 //!
+//! A device-memory budget ([`device_budget`]) makes the budget a device's capacity instead:
+//! nothing is counted, storages are allocated with the caching allocator's `try_malloc`, and a
+//! miss makes the core evict ([`Strategy`]: the heuristic's choice, or the allocator's cheapest
+//! window over blocks tagged with their storages, Coop's sliding window), simulated
+//! ([`AllocatorBackend::on_device`]) and live ([`live::LiveConfig::device_budget`]).
+//!
 //! ```
 //! use checkpoint::{Config, Heuristic, NullBackend, OpSpec, OutputSpec, Runtime};
 //!
