@@ -4,7 +4,8 @@
 //! The algorithm ([`DeviceCachingAllocator`]) reproduces PyTorch's decisions exactly: rounding
 //! to 512 bytes (or `roundup_power2_divisions`), a small pool (blocks up to 1 MiB, 2 MiB
 //! segments) and a large pool (20 MiB segments, or the request rounded to 2 MiB from 10 MiB),
-//! best fit on `(stream, size, address)`, splitting and merging, oversize blocks
+//! best fit on `(stream, size, address)` (torch 2.15: the oldest segment first among equal
+//! sizes; [`rules`] picks the PyTorch version), splitting and merging, oversize blocks
 //! (`max_split_size`), the out-of-memory retry chain, `record_stream` with events, `empty_cache`,
 //! garbage collection under a memory fraction, and expandable segments. It never touches a
 //! device itself: everything goes through [`device::DeviceMemory`], implemented by
@@ -50,6 +51,7 @@ mod invariants;
 pub mod oom;
 mod ptr_map;
 mod release;
+pub mod rules;
 pub mod sim;
 pub mod sizes;
 pub mod snapshot;
@@ -60,4 +62,5 @@ pub mod summary;
 pub use allocator::{Allocation, CacheInfo, DeviceCachingAllocator};
 pub use error::{Error, Result};
 pub use front::{CachingAllocator, DeviceAllocator, FreeMemoryCallback};
+pub use rules::{Fixes, Rules, TorchVersion};
 pub use sim::{SimDevice, SimMode};
