@@ -219,10 +219,23 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     println!("first oracle failure: {e}");
                 }
                 failed |= r.diverging > 0 || r.oracle_failures > 0;
-                summaries.push(r.summary(version));
+                summaries.push((r.summary(version), r));
             }
-            for s in summaries {
+            for (s, _) in &summaries {
                 println!("{s}");
+            }
+            if summaries.len() > 1 {
+                let sum =
+                    |f: fn(&fuzz::Report) -> u64| summaries.iter().map(|(_, r)| f(r)).sum::<u64>();
+                println!(
+                    "oracle, all versions: {} cases, {} ops, {} agreeing, {} deliberate differences, {} divergences, {} oracle failures",
+                    sum(|r| r.cases),
+                    sum(|r| r.ops),
+                    sum(|r| r.agreeing),
+                    sum(|r| r.deliberate_cases),
+                    sum(|r| r.diverging),
+                    sum(|r| r.oracle_failures)
+                );
             }
             Ok(if failed {
                 ExitCode::FAILURE
