@@ -504,47 +504,6 @@ fn test_executables(json_lines: &str) -> Vec<String> {
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::{data_test_report, json_number, test_executables};
-
-    #[test]
-    fn data_test_report_says_what_was_skipped() {
-        let dir = std::env::temp_dir().join(format!("xtask-skips-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let log = dir.join("skips.txt");
-        let _ = std::fs::remove_file(&log);
-        assert_eq!(
-            data_test_report(&log),
-            "data tests: all ran (the real snapshots and DTR logs in ../shared/data were found)"
-        );
-        std::fs::write(&log, "cli a\ncli b\noom_user c\n").unwrap();
-        assert_eq!(
-            data_test_report(&log),
-            "data tests: 3 SKIPPED because ../shared/data is missing (cli 2, oom_user 1); set \
-             TENSORMEM_SHARED to a shared/ folder to run them"
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn reads_numbers_from_bench_json_lines() {
-        let line = r#"{"workload":"W1","us_per_task":0.4321,"cpu_s":0.1}"#;
-        assert_eq!(json_number(line, "us_per_task"), Some(0.4321));
-        assert_eq!(json_number(line, "cpu_s"), Some(0.1));
-        assert_eq!(json_number(line, "missing"), None);
-    }
-
-    #[test]
-    fn finds_test_executables_only() {
-        let lines = r#"{"reason":"compiler-artifact","profile":{"test":true},"executable":"/t/deps/a-1"}
-{"reason":"compiler-artifact","profile":{"test":false},"executable":"/t/deps/b"}
-{"reason":"compiler-artifact","profile":{"test":true},"executable":null}
-{"reason":"build-finished","success":true}"#;
-        assert_eq!(test_executables(lines), vec!["/t/deps/a-1".to_string()]);
-    }
-}
-
 /// The torch releases the differential tests compare against (torch-oracle's builds).
 const ORACLE_RELEASES: [&str; 2] = ["2.7.1", "2.15.0"];
 
@@ -640,4 +599,45 @@ pub fn oracle(args: &[String]) -> TaskResult {
         .args(["fuzz", "--torch", &releases.join(",")])
         .args(&rest);
     run("oracle: fuzz", fuzz)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{data_test_report, json_number, test_executables};
+
+    #[test]
+    fn data_test_report_says_what_was_skipped() {
+        let dir = std::env::temp_dir().join(format!("xtask-skips-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("skips.txt");
+        let _ = std::fs::remove_file(&log);
+        assert_eq!(
+            data_test_report(&log),
+            "data tests: all ran (the real snapshots and DTR logs in ../shared/data were found)"
+        );
+        std::fs::write(&log, "cli a\ncli b\noom_user c\n").unwrap();
+        assert_eq!(
+            data_test_report(&log),
+            "data tests: 3 SKIPPED because ../shared/data is missing (cli 2, oom_user 1); set \
+             TENSORMEM_SHARED to a shared/ folder to run them"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn reads_numbers_from_bench_json_lines() {
+        let line = r#"{"workload":"W1","us_per_task":0.4321,"cpu_s":0.1}"#;
+        assert_eq!(json_number(line, "us_per_task"), Some(0.4321));
+        assert_eq!(json_number(line, "cpu_s"), Some(0.1));
+        assert_eq!(json_number(line, "missing"), None);
+    }
+
+    #[test]
+    fn finds_test_executables_only() {
+        let lines = r#"{"reason":"compiler-artifact","profile":{"test":true},"executable":"/t/deps/a-1"}
+{"reason":"compiler-artifact","profile":{"test":false},"executable":"/t/deps/b"}
+{"reason":"compiler-artifact","profile":{"test":true},"executable":null}
+{"reason":"build-finished","success":true}"#;
+        assert_eq!(test_executables(lines), vec!["/t/deps/a-1".to_string()]);
+    }
 }

@@ -64,9 +64,7 @@ pub enum FixtureError {
 pub fn render(lines: &[Line], order_sensitive: bool) -> String {
     let mut out = String::new();
     for step in steps(lines) {
-        for c in &step.memory {
-            let _ = writeln!(out, "  {c}");
-        }
+        render_memory(&mut out, &step.memory);
         if !step.events.is_empty() {
             let ev: Vec<String> = step.events.iter().map(Call::to_string).collect();
             let _ = writeln!(out, "  {}", ev.join("; "));
@@ -102,7 +100,7 @@ pub fn render(lines: &[Line], order_sensitive: bool) -> String {
                 let nonzero: Vec<String> = stats
                     .iter()
                     .filter(|(k, v)| **v != 0 && !(order_sensitive && stat_is_order_dependent(k)))
-                    .map(|(k, v)| format!("{k}={v}"))
+                    .map(|(k, v)| format!("{}={v}", short_key(k)))
                     .collect();
                 let counters: Vec<String> = FakeCuda::counter_names()
                     .iter()
@@ -157,6 +155,68 @@ pub fn render(lines: &[Line], order_sensitive: bool) -> String {
         }
     }
     out
+}
+
+/// Memory calls, one a line, with each run of pages mapped (or unmapped) one after the other
+/// in one reservation written once: `map(seg S + O, SIZE) x N`.
+fn render_memory(out: &mut String, calls: &[Call]) {
+    let mut i = 0;
+    while i < calls.len() {
+        let mut n = 1;
+        if let Call::Map(size, seg, off) | Call::Unmap(size, seg, off) = calls[i] {
+            while let Some(next) = calls.get(i + n) {
+                let follows = match (&calls[i], next) {
+                    (Call::Map(..), Call::Map(s2, g2, o2))
+                    | (Call::Unmap(..), Call::Unmap(s2, g2, o2)) => {
+                        *s2 == size && *g2 == seg && *o2 == off + size * n as u64
+                    }
+                    _ => false,
+                };
+                if !follows {
+                    break;
+                }
+                n += 1;
+            }
+        }
+        if n > 1 {
+            let _ = writeln!(out, "  {} x {n}", calls[i]);
+        } else {
+            let _ = writeln!(out, "  {}", calls[i]);
+        }
+        i += n;
+    }
+}
+
+/// A `memory_stats()` key in the fixtures' short spelling: the array's code, the pool's initial
+/// (`a`ll, `s`mall, `l`arge) and the field's (`c`urrent, `p`eak, `a`llocated, `f`reed), e.g.
+/// `inactive_split_bytes.large_pool.peak` -> `isb.l.p`; scalars keep their names.
+pub fn short_key(key: &str) -> String {
+    const CODES: [(&str, &str); 11] = [
+        ("allocation", "al"),
+        ("segment", "sg"),
+        ("active", "ac"),
+        ("inactive_split", "is"),
+        ("allocated_bytes", "alb"),
+        ("reserved_bytes", "rb"),
+        ("active_bytes", "acb"),
+        ("inactive_split_bytes", "isb"),
+        ("requested_bytes", "rqb"),
+        ("oversize_allocations", "oa"),
+        ("oversize_segments", "os"),
+    ];
+    let parts: Vec<&str> = key.split('.').collect();
+    let code = |s: &str| CODES.iter().find(|(k, _)| *k == s).map(|(_, c)| *c);
+    match parts.as_slice() {
+        [array, pool, field] => match code(array) {
+            Some(c) => format!("{c}.{}.{}", &pool[..1], &field[..1]),
+            None => key.to_owned(),
+        },
+        [stat, field] => match code(stat) {
+            Some(c) => format!("{c}.{}", &field[..1]),
+            None => key.to_owned(),
+        },
+        _ => key.to_owned(),
+    }
 }
 
 /// The text of a fixture file (before compression).
