@@ -11,7 +11,7 @@
 //! resets, `stats` and `snapshot`.
 //!
 //! The same `(seed, case, version)` always gives the same script. Private pools and OOM
-//! observers (issue 16) would be new [`crate::script::Op`] variants drawn in [`ops`].
+//! observers (issue 16) would be new [`crate::script::Op`] variants drawn in `ops` (this file).
 
 use c10_cuda::rules::TorchVersion;
 use rand::{Rng, SeedableRng};
