@@ -15,6 +15,22 @@ use oracle_diff::oracle::Oracle;
 use oracle_diff::script::Script;
 use oracle_diff::{driver, trace};
 
+/// `println!` that ignores a closed stdout (`oracle-diff gen | head`).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `print!` that ignores a closed stdout.
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 #[derive(Parser)]
 #[command(
     name = "oracle-diff",
@@ -205,7 +221,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 );
                 let r = fuzz::run(&c).map_err(|e| e.to_string())?;
                 for f in &r.found {
-                    println!(
+                    say!(
                         "DIVERGENCE torch {} case {} {}\nshrunk to {} ops ({}):\n{}",
                         version.checked_release(),
                         f.case,
@@ -216,18 +232,18 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     );
                 }
                 if let Some(e) = &r.first_oracle_failure {
-                    println!("first oracle failure: {e}");
+                    say!("first oracle failure: {e}");
                 }
                 failed |= r.diverging > 0 || r.oracle_failures > 0;
                 summaries.push((r.summary(version), r));
             }
             for (s, _) in &summaries {
-                println!("{s}");
+                say!("{s}");
             }
             if summaries.len() > 1 {
                 let sum =
                     |f: fn(&fuzz::Report) -> u64| summaries.iter().map(|(_, r)| f(r)).sum::<u64>();
-                println!(
+                say!(
                     "oracle, all versions: {} cases, {} ops, {} agreeing, {} deliberate differences, {} divergences, {} oracle failures",
                     sum(|r| r.cases),
                     sum(|r| r.ops),
@@ -255,7 +271,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 Rules::new(version)
             };
             let lines = driver::run(&read_script(&script)?, rules).map_err(|e| e.to_string())?;
-            print!("{}", trace::to_jsonl(&lines));
+            say_raw!("{}", trace::to_jsonl(&lines));
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Diff {
@@ -267,16 +283,16 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let oracle = Oracle::find(version).map_err(|e| e.to_string())?;
             let s = read_script(&script)?;
             match fuzz::check_script(&oracle, &s).map_err(|e| e.to_string())? {
-                None => println!("both refuse the script"),
-                Some(Outcome::Agree) => println!("agree"),
+                None => say!("both refuse the script"),
+                Some(Outcome::Agree) => say!("agree"),
                 Some(Outcome::Deliberate(names)) => {
-                    println!("deliberate difference: {}", names.join(", "));
+                    say!("deliberate difference: {}", names.join(", "));
                 }
                 Some(Outcome::Diverge(d)) => {
-                    println!("DIVERGENCE {d}");
+                    say!("DIVERGENCE {d}");
                     if shrink {
                         let (small, d2) = fuzz::shrink_divergence(&oracle, &s, &d, 5000);
-                        println!("shrunk to {} ops ({d2}):\n{small}", small.ops.len());
+                        say!("shrunk to {} ops ({d2}):\n{small}", small.ops.len());
                     }
                     return Ok(ExitCode::FAILURE);
                 }
@@ -302,7 +318,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 let oracle = Oracle::find(version).map_err(|e| e.to_string())?;
                 oracle.run(&s).map_err(|e| e.to_string())?
             };
-            print!(
+            say_raw!(
                 "{}",
                 fixtures::render(&lines, oracle_diff::compare::order_sensitive(&s))
             );
@@ -316,7 +332,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             max_ops,
         } => {
             let version: TorchVersion = torch.parse().map_err(|e| format!("{e}"))?;
-            print!(
+            say_raw!(
                 "{}",
                 generate::script(seed, case, version, Shape { min_ops, max_ops })
             );
@@ -383,7 +399,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let text = fixtures::to_text(&kept);
             let bytes = fixtures::compress(&text);
             std::fs::write(&out, &bytes).map_err(|e| format!("{}: {e}", out.display()))?;
-            println!(
+            say!(
                 "{}: {} cases ({deliberate} with a deliberate difference, {skipped} skipped), {} bytes ({} uncompressed)",
                 out.display(),
                 kept.len(),
@@ -408,11 +424,11 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     if let Err(e) = fixtures::check_case(c, version) {
                         bad += 1;
                         if bad <= 3 {
-                            println!("{e}");
+                            say!("{e}");
                         }
                     }
                 }
-                println!("{}: {} cases, {bad} differ", f.display(), cases.len());
+                say!("{}: {} cases, {bad} differ", f.display(), cases.len());
                 failures += bad;
             }
             Ok(if failures > 0 {
