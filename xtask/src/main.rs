@@ -1,4 +1,5 @@
-//! `cargo xtask`: the project's task runner (CI, GPU tests, valgrind, benchmarks, soak).
+//! `cargo xtask`: the project's task runner (CI, GPU tests, valgrind, benchmarks, soak, the
+//! differential tests against PyTorch's real allocator).
 //!
 //! Every task is a sequence of named steps, each a `cargo` (or tool) command run from the
 //! workspace root. A failing step stops the task and is named on stderr, so a CI log says
@@ -29,6 +30,11 @@ tasks:
   loom        the engine's loom models (RUSTFLAGS=\"--cfg loom\", release, own target dir)
   soak        run the caching allocator's property test for 10 million random steps, then
               the device-memory budget grid of every shared DTR log (release)
+  oracle [--torch V] [--cases N] [--seed S] [--jobs J]
+              differential tests against PyTorch's real allocator (torch-oracle, 2.7.1
+              and 2.15.0): N random scripts per version (default 2000); fails on any
+              divergence that is not a documented deliberate fix, or when the oracle is
+              not set up (and says how)
   help        this text
 ";
 
@@ -50,6 +56,7 @@ fn main() -> ExitCode {
         "bench" => tasks::bench(rest),
         "loom" => tasks::loom(),
         "soak" => tasks::soak(),
+        "oracle" => tasks::oracle(rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;

@@ -550,6 +550,103 @@ fn test_executables(json_lines: &str) -> Vec<String> {
         .collect()
 }
 
+/// The torch releases the differential tests compare against (torch-oracle's builds).
+const ORACLE_RELEASES: [&str; 2] = ["2.7.1", "2.15.0"];
+
+/// Where torch-oracle keeps its builds: `$TORCH_ORACLE_CACHE`, else `~/.cache/torch-oracle`.
+fn oracle_cache() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("TORCH_ORACLE_CACHE") {
+        return dir.into();
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/".into());
+    std::path::Path::new(&home).join(".cache/torch-oracle")
+}
+
+/// `cargo xtask oracle [--torch V] [--cases N] [--seed S] [--jobs J]`: differential tests of
+/// our allocator against PyTorch's real one (torch-oracle), `N` random scripts of 200-400 ops
+/// per version (default 2000, both versions), through `oracle-diff fuzz` built in release mode.
+/// Fails when a version's oracle is not built (saying how to set it up) and on any divergence
+/// that is not one of our documented deliberate fixes; the last line sums up.
+pub fn oracle(args: &[String]) -> TaskResult {
+    let step = "oracle";
+    let fail = |reason: String| Failure {
+        step: step.into(),
+        reason,
+    };
+    let mut torch = "all".to_string();
+    let mut rest: Vec<String> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let value = |it: &mut std::slice::Iter<'_, String>| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| fail(format!("{a} needs a value")))
+        };
+        match a.as_str() {
+            "--torch" => torch = value(&mut it)?,
+            "--cases" | "--seed" | "--jobs" | "--first-case" | "--min-ops" | "--max-ops"
+            | "--shrink" => {
+                let v = value(&mut it)?;
+                rest.push(a.clone());
+                rest.push(v);
+            }
+            other => {
+                return Err(fail(format!(
+                    "unknown argument `{other}` (expected --torch V, --cases N, --seed S, \
+                     --jobs J, --first-case K, --min-ops N, --max-ops N, --shrink N)"
+                )));
+            }
+        }
+    }
+    if !rest.iter().any(|a| a == "--cases") {
+        rest.extend(["--cases".to_string(), "2000".to_string()]);
+    }
+    let releases: Vec<&str> = if torch == "all" {
+        ORACLE_RELEASES.to_vec()
+    } else {
+        let want: Vec<&str> = torch.split(',').collect();
+        let mut out = Vec::new();
+        for w in want {
+            let r = ORACLE_RELEASES
+                .iter()
+                .find(|r| **r == w || r.starts_with(&format!("{w}.")))
+                .ok_or_else(|| {
+                    fail(format!(
+                        "--torch {w}: expected one of {} or all",
+                        ORACLE_RELEASES.join(", ")
+                    ))
+                })?;
+            out.push(*r);
+        }
+        out
+    };
+    let cache = oracle_cache();
+    let missing: Vec<&&str> = releases
+        .iter()
+        .filter(|r| !cache.join(r).join("bin/torch-oracle").is_file())
+        .collect();
+    if !missing.is_empty() {
+        let list: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
+        return Err(fail(format!(
+            "torch-oracle is not set up for torch {} (looked in {}). Set it up with \
+             `../shared/torch-oracle/setup.sh VERSION` for each (python3 with pip, gcc, g++ \
+             and access to PyPI; see ../shared/torch-oracle/README.md), or point \
+             TORCH_ORACLE_CACHE at a cache that has it",
+            list.join(", "),
+            cache.display()
+        )));
+    }
+    let mut build = cargo();
+    build.args(["build", "--release", "--locked", "-p", "oracle-diff"]);
+    run("oracle: build oracle-diff", build)?;
+    let exe = target_dir().join("release").join("oracle-diff");
+    let mut fuzz = Command::new(exe);
+    fuzz.current_dir(root())
+        .args(["fuzz", "--torch", &releases.join(",")])
+        .args(&rest);
+    run("oracle: fuzz", fuzz)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{data_test_report, json_number, test_executables};

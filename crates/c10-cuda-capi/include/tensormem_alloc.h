@@ -72,7 +72,8 @@ int tm_record_stream(void *ptr, cudaStream_t stream);
  * key or value, memory held). */
 int tm_set_config(const char *alloc_conf);
 
-/* torch.cuda.memory_stats(device): the 122 keys ("allocated_bytes.all.current", ...) as one
+/* torch.cuda.memory_stats(device): the keys of the rules' PyTorch version (123 for
+ * torch 2.15, the default; 122 for 2.7) ("allocated_bytes.all.current", ...) as one
  * JSON object of integers, written to buf as snprintf does: at most len - 1 bytes and a
  * terminating NUL (nothing when len is 0; buf may then be NULL). Returns the length of the whole
  * object, without the NUL: when it is >= len the output was cut, and a buffer of the returned

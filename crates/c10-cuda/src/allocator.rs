@@ -15,6 +15,7 @@ use crate::expandable::ExpandableSegment;
 use crate::history::{Clock, History, TraceAction, TraceEntry};
 use crate::oom::OutOfMemoryError;
 use crate::ptr_map::PtrMap;
+use crate::rules::Rules;
 use crate::sizes::{get_allocation_size, is_small, round_size, should_split};
 use crate::stats::{DeviceStats, StatType, decrease, increase};
 
@@ -64,6 +65,14 @@ pub struct DeviceCachingAllocator<D: DeviceMemory> {
     pub(crate) history: History,
     pub(crate) device_total: usize,
     pub(crate) warnings: Vec<String>,
+    /// The PyTorch version's rules and the deliberate fixes, fixed at construction.
+    pub(crate) rules: Rules,
+    /// Whether new segments take a registration counter ([`Rules`]: torch 2.15 orders equal-size
+    /// free blocks by it); decided at construction so that no malloc looks at the version.
+    pub(crate) rank_segments: bool,
+    /// The registration counter the next segment takes (PyTorch 2.15's `registration_counter`,
+    /// one more for every `cudaMalloc`ed or reserved segment).
+    pub(crate) next_registration: u64,
 }
 
 /// Blocks the tables start with room for (about 100 KiB in all), so that a new allocator
@@ -81,7 +90,18 @@ pub(crate) struct Params {
 }
 
 impl<D: DeviceMemory> DeviceCachingAllocator<D> {
-    /// Creates the allocator of `device` with `config`.
+    /// Creates the allocator of `device` with `config`, following the newest PyTorch version's
+    /// rules with every deliberate fix ([`Rules::default`]); see [`Self::with_rules`].
+    ///
+    /// # Errors
+    /// As [`Self::with_rules`].
+    pub fn new(device: D, config: AllocatorConfig) -> Result<Self> {
+        Self::with_rules(device, config, Rules::default())
+    }
+
+    /// Creates the allocator of `device` with `config`, following `rules`: a PyTorch version's
+    /// decisions ([`crate::rules::TorchVersion`]) and the PyTorch bugs to fix
+    /// ([`crate::rules::Fixes`]). The rules cannot change afterwards.
     ///
     /// A `per_process_memory_fraction` in the config is applied at once. When the config asks
     /// for expandable segments and the device has no virtual memory management, expandable
@@ -90,7 +110,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     ///
     /// # Errors
     /// [`Error::Device`] when the device cannot report its memory.
-    pub fn new(device: D, mut config: AllocatorConfig) -> Result<Self> {
+    pub fn with_rules(device: D, mut config: AllocatorConfig, rules: Rules) -> Result<Self> {
         let info = device.mem_get_info()?;
         let mut warnings = Vec::new();
         if config.expandable_segments && !device.supports_virtual_memory() {
@@ -102,6 +122,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         let mut stats = DeviceStats {
             max_split_size: config.max_split_size.map(|v| v as u64),
+            torch: rules.version,
             ..DeviceStats::default()
         };
         stats.num_ooms = 0;
@@ -120,6 +141,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             history: History::default(),
             device_total: info.total,
             warnings,
+            rules,
+            rank_segments: rules.version.ties_by_segment_age(),
+            next_registration: 0,
         };
         if let Some(f) = this.config.per_process_memory_fraction {
             this.set_memory_fraction(f)?;
@@ -135,6 +159,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// The configuration in force.
     pub fn config(&self) -> &AllocatorConfig {
         &self.config
+    }
+
+    /// The PyTorch version's rules and the deliberate fixes this allocator follows.
+    pub fn rules(&self) -> Rules {
+        self.rules
     }
 
     /// Warnings about the configuration (e.g. expandable segments unavailable).
@@ -159,7 +188,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         let info = self.device.mem_get_info()?;
         self.device_total = info.total;
-        self.allowed_memory_maximum = Some((fraction * info.total as f64) as usize);
+        self.allowed_memory_maximum =
+            if fraction == 1.0 && self.rules.version.fraction_one_is_unlimited() {
+                None
+            } else {
+                Some((fraction * info.total as f64) as usize)
+            };
         self.config.per_process_memory_fraction = Some(fraction);
         Ok(())
     }
@@ -319,12 +353,25 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             self.release_cached_blocks()?;
             // pytorch#189504: releasing synchronizes events, which can free a block that fits
             // inside a split segment; PyTorch would not look at it and raise a spurious OOM.
-            found = self.get_free_block(p);
+            if self.rules.fixes.search_after_release {
+                found = self.get_free_block(p);
+            }
             if found.is_none() {
                 found = self.alloc_block(p, true)?;
             }
         }
         Ok(found)
+    }
+
+    /// The rank of a new segment: the next registration counter under torch 2.15's rules
+    /// (PyTorch 2.15's `registration_counter`), 0 under 2.7's.
+    pub(crate) fn take_registration(&mut self) -> u64 {
+        if !self.rank_segments {
+            return 0;
+        }
+        let r = self.next_registration;
+        self.next_registration += 1;
+        r
     }
 
     #[inline(always)]
@@ -444,7 +491,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             Err(e) => return Err(e.into()),
         };
         self.total_allocated_memory += size;
-        let id = self.blocks.insert(Block::new(ptr, size, p.stream, p.small));
+        let mut block = Block::new(ptr, size, p.stream, p.small);
+        block.rank = self.take_registration();
+        let id = self.blocks.insert(block);
         increase(&mut self.stats.segment, p.small, 1);
         increase(&mut self.stats.reserved_bytes, p.small, size as u64);
         if size >= self.config.max_split_size_or_max() {
@@ -470,6 +519,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             let prev = self.blocks.get(remaining).prev;
             let mut block = Block::new(block_ptr, p.size, p.stream, p.small);
             block.expandable = self.blocks.get(remaining).expandable;
+            block.rank = self.blocks.get(remaining).rank;
             block.prev = prev;
             block.next = Some(remaining);
             let id = self.blocks.insert(block);
@@ -549,13 +599,25 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             p.stream,
         );
         self.stats.num_ooms += 1;
+        // With expandable segments, what the limit is checked against (our fix) is the pages the
+        // request would map, which can be more than the 2 MiB-rounded request.
+        let segment_size = if self.config.expandable_segments
+            && self.allowed_memory_maximum.is_some()
+            && self.rules.fixes.expandable_fraction_limit
+        {
+            let found = self.find_expandable_candidate(p.stream, p.small, p.size);
+            self.expandable_bytes_to_map(found, p.small, p.size)
+                .max(p.alloc_size)
+        } else {
+            p.alloc_size
+        };
         let agg = StatType::Aggregate as usize;
         let stats = self.stats();
         Error::OutOfMemory(Box::new(OutOfMemoryError {
             device: self.device.index(),
             requested: p.orig_size as u64,
             rounded: p.size as u64,
-            segment_size: p.alloc_size as u64,
+            segment_size: segment_size as u64,
             device_total: device_total as u64,
             device_free: device_free as u64,
             allocated: stats.allocated_bytes[agg].current as u64,
@@ -564,6 +626,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             expandable_segments: self.config.expandable_segments,
             max_split_size: self.config.max_split_size.map(|v| v as u64),
             stream: p.stream.0,
+            torch: self.rules.version,
         }))
     }
 
@@ -746,14 +809,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         let (s_ptr, s_size, s_prev, s_next, s_mapped, s_small, s_stream) =
             (s.ptr, s.size, s.prev, s.next, s.mapped, s.small, s.stream);
+        let key = SizeKey::of(src, s);
         let pool = self.pool_mut(s_small);
         if s_mapped {
-            pool.blocks.remove_present(&SizeKey {
-                stream: s_stream,
-                size: s_size,
-                ptr: s_ptr,
-                id: src,
-            });
+            pool.blocks.remove_present(&key);
         } else {
             pool.unmapped.remove(&crate::block::AddrKey {
                 stream: s_stream,

@@ -3,7 +3,8 @@
 //! A segment (one `cudaMalloc`, or one expandable virtual range) is tiled by blocks linked
 //! through `prev`/`next` in address order. Blocks live in an arena and are named by [`BlockId`]
 //! instead of raw pointers. A pool keeps its free, mapped blocks ordered by
-//! `(stream, size, address)` for best fit, and (for expandable segments) its unmapped blocks
+//! `(stream, size, rank, address)` for best fit (`rank` is the segment's registration counter
+//! under torch 2.15's rules, 0 under 2.7's), and (for expandable segments) its unmapped blocks
 //! ordered by `(stream, address)`.
 
 use std::collections::BTreeSet;
@@ -49,6 +50,10 @@ pub(crate) struct Block {
     pub(crate) gc_count_base: u64,
     /// The expandable segment this block belongs to, if any.
     pub(crate) expandable: Option<u32>,
+    /// Orders equal-size free blocks before their address: the registration counter of the
+    /// block's segment under torch 2.15's rules (PyTorch's `registration_counter`: each new
+    /// segment takes the next value, blocks split from it keep it), 0 under 2.7's.
+    pub(crate) rank: u64,
     /// In use in the [`BlockArena`] (false for a deleted block's slot awaiting reuse).
     live: bool,
 }
@@ -71,6 +76,7 @@ impl Block {
             stream_uses: Vec::new(),
             gc_count_base: 0,
             expandable: None,
+            rank: 0,
             live: true,
         }
     }
@@ -158,11 +164,13 @@ impl BlockArena {
     }
 }
 
-/// Best-fit key of a free block: `(stream, size, address)` (PyTorch's `BlockComparatorSize`).
+/// Best-fit key of a free block: `(stream, size, rank, address)` (PyTorch's
+/// `BlockComparatorSize`; `rank` is [`Block::rank`], 0 for every block under torch 2.7's rules).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct SizeKey {
     pub(crate) stream: StreamId,
     pub(crate) size: usize,
+    pub(crate) rank: u64,
     pub(crate) ptr: DevicePtr,
     pub(crate) id: BlockId,
 }
@@ -174,6 +182,7 @@ impl SizeKey {
         SizeKey {
             stream,
             size,
+            rank: 0,
             ptr: 0,
             id: BlockId(0),
         }
@@ -183,6 +192,7 @@ impl SizeKey {
         SizeKey {
             stream: b.stream,
             size: b.size,
+            rank: b.rank,
             ptr: b.ptr,
             id,
         }

@@ -41,6 +41,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::rules::TorchVersion;
+
 /// One mebibyte (1 MiB = 2^20 bytes): the unit of every `*_mb` knob.
 pub const MIB: usize = 1 << 20;
 
@@ -133,13 +135,13 @@ pub struct AllocatorConfig {
     /// `roundup_power2_divisions:[256:4,512:2,>:1]` has keys in MiB (powers of two; the index is
     /// `log2(key)`, clamped to 15) and values that are powers of two or 0. Entries apply left to
     /// right: the first key also fills every interval below it, each later key sets only its own
-    /// interval, and `>` fills every interval *after* the last key given before it (all of them
-    /// when no key precedes it).
+    /// interval, and `>` fills every interval *after* the last key given before it (when no key
+    /// precedes it, every interval after the first: the one below 2 MiB keeps 0), as torch 2.15
+    /// does.
     ///
-    /// PyTorch bug fixed here: PyTorch's `CUDAAllocatorConfig` (up to the move to
-    /// `AcceleratorAllocatorConfig`) started the `>` fill *at* the last key's index, overwriting
-    /// it, so `[256:4,512:2,>:1]` left the 512 MiB interval at 1. Here it starts at the next
-    /// index: 512 MiB keeps 2 (as newer PyTorch does too).
+    /// torch 2.7 started the `>` fill *at* the last key's index (index 0 without a key),
+    /// overwriting it, so `[256:4,512:2,>:1]` left the 512 MiB interval at 1;
+    /// [`AllocatorConfig::parse_for`] with torch 2.7 reads it that way.
     pub roundup_power2_divisions: [usize; ROUNDUP_POWER2_INTERVALS],
     /// Fraction of the allowed memory above which the allocator frees cached blocks that have
     /// not been reused for the longest (`garbage_collection_threshold:f`, `0 < f < 1`).
@@ -490,6 +492,8 @@ struct Parser<'a> {
     input: &'a str,
     toks: Vec<Token<'a>>,
     i: usize,
+    /// Whose rules: torch 2.7 reads some values differently (see [`AllocatorConfig::parse_for`]).
+    torch: TorchVersion,
 }
 
 impl<'a> Parser<'a> {
@@ -520,16 +524,20 @@ impl<'a> Parser<'a> {
                 return Err(self.syntax(tok.pos, self.expect_key()));
             }
             self.i += 1;
-            let (name, key) = Key::lookup(tok.text).ok_or_else(|| ConfigError::UnknownKey {
-                key: tok.text.to_owned(),
-                allowed: ALLOWED_KEYS,
-            })?;
+            let (name, key) = Key::lookup(tok.text)
+                .filter(|(_, k)| {
+                    *k != Key::PerProcessMemoryFraction || self.torch.accepts_memory_fraction_key()
+                })
+                .ok_or_else(|| ConfigError::UnknownKey {
+                    key: tok.text.to_owned(),
+                    allowed: ALLOWED_KEYS,
+                })?;
             match self.peek() {
                 Some(t) if t.kind == Tok::Colon => self.i += 1,
                 _ => return Err(self.syntax(self.pos(), format!("':' after key \"{name}\""))),
             }
             let value = self.value(name, key)?;
-            config.apply(name, key, value)?;
+            config.apply(name, key, value, self.torch)?;
             match self.peek() {
                 None => break,
                 Some(t) if t.kind == Tok::Comma => self.i += 1,
@@ -671,10 +679,25 @@ fn parse_bool(name: &'static str, text: &str) -> Result<bool, ConfigError> {
     }
 }
 
-/// `N` MiB with `N >= 20`, in bytes, clamped like PyTorch to `usize::MAX / MIB` MiB.
-fn parse_split_mb(name: &'static str, text: &str) -> Result<usize, ConfigError> {
+/// `N` MiB with `N >= 20` (torch 2.7: `N > 20`), in bytes, clamped like PyTorch to
+/// `usize::MAX / MIB` MiB.
+fn parse_split_mb(
+    name: &'static str,
+    text: &str,
+    torch: TorchVersion,
+) -> Result<usize, ConfigError> {
+    let least = if torch.split_mb_must_exceed_20() {
+        MIN_SPLIT_SIZE_MB + 1
+    } else {
+        MIN_SPLIT_SIZE_MB
+    };
     match parse_uint(text) {
-        Some(mb) if mb >= MIN_SPLIT_SIZE_MB => Ok(mb.min(usize::MAX / MIB) * MIB),
+        Some(mb) if mb >= least => Ok(mb.min(usize::MAX / MIB) * MIB),
+        _ if least > MIN_SPLIT_SIZE_MB => Err(invalid(
+            name,
+            text,
+            "a whole number of MiB greater than 20 (torch 2.7)",
+        )),
         _ => Err(invalid(name, text, EXPECT_MB)),
     }
 }
@@ -688,7 +711,11 @@ fn interval_of_key_mb(key_mb: usize) -> usize {
     (key_mb.trailing_zeros() as usize).min(ROUNDUP_POWER2_INTERVALS - 1)
 }
 
-fn parse_divisions(name: &'static str, value: Value<'_>) -> Result<[usize; 16], ConfigError> {
+fn parse_divisions(
+    name: &'static str,
+    value: Value<'_>,
+    torch: TorchVersion,
+) -> Result<[usize; 16], ConfigError> {
     let mut divisions = [0; ROUNDUP_POWER2_INTERVALS];
     match value {
         Value::Scalar(tok) => match parse_uint(tok.text) {
@@ -703,7 +730,14 @@ fn parse_divisions(name: &'static str, value: Value<'_>) -> Result<[usize; 16], 
                     _ => return Err(invalid(name, value.text, EXPECT_LIST_VALUE)),
                 };
                 if key.text == ">" {
-                    let start = last_index.map_or(0, |i: usize| i + 1);
+                    // torch 2.15: from the interval after the last key (after interval 0 when
+                    // no key came first); torch 2.7: from the last key's own interval.
+                    let last = last_index.unwrap_or(0);
+                    let start = if torch.gt_fill_starts_at_last_key() {
+                        last
+                    } else {
+                        last + 1
+                    };
                     for d in divisions.iter_mut().skip(start) {
                         *d = n;
                     }
@@ -731,10 +765,26 @@ impl AllocatorConfig {
     ///
     /// Knobs not named keep their defaults; the empty string is the default configuration.
     pub fn parse(input: &str) -> Result<Self, ConfigError> {
+        Self::parse_for(input, TorchVersion::NEWEST)
+    }
+
+    /// Parses the configuration string as `torch`'s allocator reads it.
+    ///
+    /// Differences (checked against the real allocators): torch 2.7 rejects the
+    /// `per_process_memory_fraction` key, requires `max_split_size_mb` and
+    /// `max_non_split_rounding_mb` to be more than 20 (2.15: at least 20), and starts the `>`
+    /// fill of a `roundup_power2_divisions` list at the last key's own interval (2.15: at the
+    /// next one), so `[256:4,512:2,>:1]` leaves 512 MiB at 1 and `[>:2]` sets every interval
+    /// (2.15 leaves the first, below 2 MiB, at 0).
+    ///
+    /// # Errors
+    /// As [`AllocatorConfig::parse`].
+    pub fn parse_for(input: &str, torch: TorchVersion) -> Result<Self, ConfigError> {
         Parser {
             input,
             toks: lex(input),
             i: 0,
+            torch,
         }
         .parse()
     }
@@ -770,9 +820,15 @@ impl AllocatorConfig {
         Ok(Self::default())
     }
 
-    fn apply(&mut self, name: &'static str, key: Key, value: Value<'_>) -> Result<(), ConfigError> {
+    fn apply(
+        &mut self,
+        name: &'static str,
+        key: Key,
+        value: Value<'_>,
+        torch: TorchVersion,
+    ) -> Result<(), ConfigError> {
         if key == Key::RoundupPower2Divisions {
-            self.roundup_power2_divisions = parse_divisions(name, value)?;
+            self.roundup_power2_divisions = parse_divisions(name, value, torch)?;
             return Ok(());
         }
         let text = match value {
@@ -787,8 +843,10 @@ impl AllocatorConfig {
                     _ => return Err(invalid(name, text, EXPECT_BACKEND)),
                 }
             }
-            Key::MaxSplitSize => self.max_split_size = Some(parse_split_mb(name, text)?),
-            Key::MaxNonSplitRounding => self.max_non_split_rounding = parse_split_mb(name, text)?,
+            Key::MaxSplitSize => self.max_split_size = Some(parse_split_mb(name, text, torch)?),
+            Key::MaxNonSplitRounding => {
+                self.max_non_split_rounding = parse_split_mb(name, text, torch)?;
+            }
             Key::RoundupPower2Divisions => unreachable!("handled above"),
             Key::GcThreshold => {
                 self.garbage_collection_threshold = match text.parse::<f64>() {

@@ -90,14 +90,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     }
 
     /// Finds an unmapped range (possibly preceded by a free mapped block) with room for `size`
-    /// bytes on `stream`, or reserves a new expandable segment (PyTorch's
+    /// bytes on `stream`; `None` when a new segment is needed (the search of PyTorch's
     /// `find_expandable_block`).
-    fn find_expandable_block(
-        &mut self,
+    pub(crate) fn find_expandable_candidate(
+        &self,
         stream: StreamId,
         small: bool,
         size: usize,
-    ) -> Result<BlockId> {
+    ) -> Option<BlockId> {
         let pool = if small { &self.small } else { &self.large };
         let lower = AddrKey {
             stream,
@@ -122,9 +122,67 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 cur = b.next;
             }
             if bytes >= size {
-                return Ok(c);
+                return Some(c);
             }
         }
+        None
+    }
+
+    /// Bytes [`Self::try_allocate_expandable_block`] would map for `size` bytes starting at
+    /// `candidate` (or in a new segment, when `None`): whole pages, as `map_block` maps them.
+    pub(crate) fn expandable_bytes_to_map(
+        &self,
+        candidate: Option<BlockId>,
+        small: bool,
+        size: usize,
+    ) -> usize {
+        let page = if small { SMALL_BUFFER } else { LARGE_BUFFER };
+        let pages = |bytes: usize| bytes.div_ceil(page) * page;
+        let Some(c) = candidate else {
+            return pages(size);
+        };
+        let b = self.blocks.get(c);
+        let (mut have, mut need, mut next) = (b.size, 0, b.next);
+        if !b.mapped {
+            let m = pages(b.size.min(size));
+            (have, need) = (m, m);
+            if m < b.size {
+                next = Some(c); // the unmapped rest of `c` follows
+            }
+        }
+        loop {
+            // Mapped pages merge with an idle mapped successor.
+            while let Some(n) = next.map(|n| self.blocks.get(n)) {
+                if !(n.mapped && n.is_idle()) || have >= size {
+                    break;
+                }
+                have += n.size;
+                next = n.next;
+            }
+            if have >= size {
+                return need;
+            }
+            let Some(n) = next.map(|n| self.blocks.get(n)) else {
+                return need;
+            };
+            let unmapped_left = if next == Some(c) {
+                n.size - have
+            } else {
+                n.size
+            };
+            let m = pages((size - have).min(unmapped_left));
+            need += m;
+            have += m;
+            if m < unmapped_left {
+                return need;
+            }
+            next = n.next;
+        }
+    }
+
+    /// Reserves a new expandable segment for `stream`'s pool and returns its one (unmapped)
+    /// block (the reservation of PyTorch's `find_expandable_block`).
+    fn new_expandable_segment(&mut self, stream: StreamId, small: bool) -> Result<BlockId> {
         let page = if small { SMALL_BUFFER } else { LARGE_BUFFER };
         let address_space = self.device_total + self.device_total / 8;
         let pages = address_space.div_ceil(page).max(1);
@@ -138,6 +196,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let mut block = Block::new(base, segment.size(), stream, small);
         block.mapped = false;
         block.expandable = Some(index);
+        block.rank = self.take_registration();
         self.expandable_segments.push(Some(segment));
         let id = self.blocks.insert(block);
         let key = AddrKey::of(id, self.blocks.get(id));
@@ -182,6 +241,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             );
             remaining.mapped = false;
             remaining.expandable = Some(seg);
+            remaining.rank = self.blocks.get(id).rank;
             remaining.prev = Some(id);
             remaining.next = next;
             let rid = self.blocks.insert(remaining);
@@ -218,8 +278,34 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// Maps enough pages for a request of `p.size` bytes and returns the free mapped block that
     /// holds them, removed from its pool (PyTorch's `try_allocate_expandable_block`).
+    ///
+    /// With a memory fraction and [`crate::rules::Fixes::expandable_fraction_limit`], a request
+    /// whose pages would take reserved memory past the limit is refused before anything is
+    /// reserved or mapped (PyTorch checks only the 2 MiB-rounded request, in `alloc_block`).
     pub(crate) fn try_allocate_expandable_block(&mut self, p: &Params) -> Result<Option<BlockId>> {
-        let mut candidate = self.find_expandable_block(p.stream, p.small, p.size)?;
+        let found = self.find_expandable_candidate(p.stream, p.small, p.size);
+        if let Some(allowed) = self.allowed_memory_maximum {
+            if self.rules.fixes.expandable_fraction_limit {
+                let map = self.expandable_bytes_to_map(found, p.small, p.size);
+                if self.total_allocated_memory.saturating_add(map) > allowed {
+                    return Ok(None);
+                }
+            }
+        }
+        let mut candidate = match found {
+            Some(c) => c,
+            None => {
+                let id = self.new_expandable_segment(p.stream, p.small)?;
+                if self.blocks.get(id).size < p.size
+                    && self.rules.version.releases_too_small_new_segment()
+                {
+                    // torch 2.15: the new segment's address space cannot hold the request.
+                    self.release_expandable_segment(id)?;
+                    return Ok(None);
+                }
+                id
+            }
+        };
         if !self.blocks.get(candidate).mapped {
             let size = self.blocks.get(candidate).size.min(p.size);
             match self.map_block(candidate, size)? {
@@ -270,12 +356,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if usize_ == 0 {
             return Ok(id);
         }
-        let key = SizeKey {
-            stream,
-            size,
-            ptr,
-            id,
-        };
+        let key = SizeKey::of(id, self.blocks.get(id));
+        let rank = key.rank;
         self.pool_mut(small).blocks.remove(&key);
         let before = (uptr - ptr) as usize;
         let mut new_prev = prev;
@@ -283,6 +365,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             // prev -> before_free -> block
             let mut bf = Block::new(ptr, before, stream, small);
             bf.expandable = Some(seg);
+            bf.rank = rank;
             bf.prev = prev;
             bf.next = Some(id);
             let bid = self.blocks.insert(bf);
@@ -303,6 +386,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             // block -> after_free -> next
             let mut af = Block::new(uptr + usize_ as u64, after, stream, small);
             af.expandable = Some(seg);
+            af.rank = rank;
             af.prev = Some(id);
             af.next = next;
             let aid = self.blocks.insert(af);

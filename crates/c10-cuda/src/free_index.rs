@@ -1,11 +1,14 @@
-//! The best-fit index of a pool's free blocks, ordered by `(stream, size, address)` exactly as
-//! PyTorch's `std::set<Block*, BlockComparatorSize>`, but with O(1) size-class lookups.
+//! The best-fit index of a pool's free blocks, ordered by `(stream, size, rank, address)` exactly
+//! as PyTorch's `std::set<Block*, BlockComparatorSize>`, but with O(1) size-class lookups. `rank`
+//! is the segment's registration counter under torch 2.15's rules and 0 under 2.7's (whose order
+//! is `(stream, size, address)`), so one index serves both: the rule is chosen when blocks are
+//! made, never per lookup.
 //!
 //! Per stream, the blocks are spread over size classes: one class per 512-byte size below
 //! [`EXACT_LIMIT`] (64 MiB), then one class per 2 MiB of size above it (the last class takes
 //! every size from about 256 GiB up). A three-level bitmap finds the next non-empty class at
 //! or above a size in a few `trailing_zeros`. Each class is a doubly linked list of its blocks
-//! sorted by `(size, address)` (in an exact class all sizes are equal, so by address), usually
+//! sorted by `(size, rank, address)` (in an exact class all sizes are equal), usually
 //! zero to a handful long, threaded through a node table indexed by [`BlockId`]: removing a
 //! known block is O(1) and nothing is allocated per block. A class that grows past
 //! [`LONG_CLASS`] blocks (many free blocks of one size that cannot merge: a fragmented small
@@ -48,8 +51,8 @@ pub(crate) const LONG_CLASS: usize = 32;
 /// A B-tree class this short returns to a list.
 pub(crate) const SHORT_CLASS: usize = 8;
 
-/// A long class: its blocks by `(size, address, id)`.
-type ClassTree = BTreeSet<(usize, DevicePtr, u32)>;
+/// A long class: its blocks by `(size, rank, address, id)`.
+type ClassTree = BTreeSet<(usize, u64, DevicePtr, u32)>;
 
 /// The class of a free block of `size` bytes.
 #[inline(always)]
@@ -250,6 +253,7 @@ impl StreamFree {
 struct Node {
     ptr: DevicePtr,
     size: usize,
+    rank: u64,
     stream: StreamId,
     prev: u32,
     next: u32,
@@ -258,8 +262,8 @@ struct Node {
 impl Node {
     /// The order within a class list.
     #[inline(always)]
-    fn order(&self) -> (usize, DevicePtr) {
-        (self.size, self.ptr)
+    fn order(&self) -> (usize, u64, DevicePtr) {
+        (self.size, self.rank, self.ptr)
     }
 }
 
@@ -269,12 +273,13 @@ const DEAD: u32 = u32::MAX - 1;
 const DEAD_NODE: Node = Node {
     ptr: 0,
     size: 0,
+    rank: 0,
     stream: StreamId(0),
     prev: NIL,
     next: DEAD,
 };
 
-/// The free blocks of one pool in `(stream, size, address)` order. A block id is in the index
+/// The free blocks of one pool in `(stream, size, rank, address)` order. A block id is in the index
 /// at most once.
 #[derive(Clone, Debug)]
 pub(crate) struct FreeIndex {
@@ -452,11 +457,11 @@ impl FreeIndex {
         let Some(tree) = f.trees.get_mut(&(c as u32)) else {
             unreachable!("a tree node's class has a tree");
         };
-        tree.remove(&(node.size, node.ptr, id));
+        tree.remove(&(node.size, node.rank, node.ptr, id));
         self.nodes[id as usize].next = DEAD;
         self.len -= 1;
         if tree.len() > SHORT_CLASS {
-            if let Some(&(_, _, first)) = tree.first() {
+            if let Some(&(_, _, _, first)) = tree.first() {
                 *f.head_mut(c) = first;
             }
             return;
@@ -466,7 +471,7 @@ impl FreeIndex {
             unreachable!("the tree was just used");
         };
         let mut prev = NIL;
-        for &(_, _, at) in &tree {
+        for &(_, _, _, at) in &tree {
             let n = &mut self.nodes[at as usize];
             n.prev = prev;
             n.next = NIL;
@@ -487,11 +492,15 @@ impl FreeIndex {
     #[inline]
     pub(crate) fn contains(&self, k: &SizeKey) -> bool {
         self.nodes.get(k.id.0 as usize).is_some_and(|n| {
-            n.next != DEAD && n.ptr == k.ptr && n.size == k.size && n.stream == k.stream
+            n.next != DEAD
+                && n.ptr == k.ptr
+                && n.size == k.size
+                && n.rank == k.rank
+                && n.stream == k.stream
         })
     }
 
-    /// The first key `>= (stream, size, 0)` on `stream` (best fit), if any.
+    /// The first key `>= (stream, size, 0, 0)` on `stream` (best fit), if any.
     #[inline(always)]
     pub(crate) fn lower_bound(&self, stream: StreamId, size: usize) -> Option<SizeKey> {
         let f = self.stream(stream)?;
@@ -503,9 +512,9 @@ impl FreeIndex {
             // and an exact class is below a `size` that is not a multiple of 512.
             if self.nodes[id as usize].prev == TREE {
                 id = f.trees[&(c as u32)]
-                    .range((size, 0, 0)..)
+                    .range((size, 0, 0, 0)..)
                     .next()
-                    .map_or(NIL, |&(_, _, at)| at);
+                    .map_or(NIL, |&(_, _, _, at)| at);
             } else {
                 while id != NIL && self.nodes[id as usize].size < size {
                     id = self.nodes[id as usize].next;
@@ -520,12 +529,13 @@ impl FreeIndex {
         Some(SizeKey {
             stream,
             size: node.size,
+            rank: node.rank,
             ptr: node.ptr,
             id: BlockId(id),
         })
     }
 
-    /// Keys of `stream` with size `>= size`, ascending by `(size, address)`.
+    /// Keys of `stream` with size `>= size`, ascending by `(size, rank, address)`.
     pub(crate) fn range_from(
         &self,
         stream: StreamId,
@@ -545,12 +555,13 @@ impl FreeIndex {
         .map(move |n| SizeKey {
             stream,
             size: n.size,
+            rank: n.rank,
             ptr: n.ptr,
             id: n.id,
         })
     }
 
-    /// Keys of `stream` with size `< size`, descending by `(size, address)`.
+    /// Keys of `stream` with size `< size`, descending by `(size, rank, address)`.
     pub(crate) fn range_below_rev(
         &self,
         stream: StreamId,
@@ -570,12 +581,13 @@ impl FreeIndex {
         .map(move |n| SizeKey {
             stream,
             size: n.size,
+            rank: n.rank,
             ptr: n.ptr,
             id: n.id,
         })
     }
 
-    /// All keys in `(stream, size, address)` order.
+    /// All keys in `(stream, size, rank, address)` order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = SizeKey> + '_ {
         self.streams
             .iter()
@@ -583,7 +595,7 @@ impl FreeIndex {
     }
 }
 
-/// Links block `k` into class `c` (whose first block is `*head`) at its `(size, address)`
+/// Links block `k` into class `c` (whose first block is `*head`) at its `(size, rank, address)`
 /// position, and marks the class non-empty. A list that grows past [`LONG_CLASS`] moves to a
 /// B-tree.
 #[inline(always)]
@@ -595,7 +607,7 @@ fn link(
     c: usize,
     k: &SizeKey,
 ) {
-    let order = (k.size, k.ptr);
+    let order = (k.size, k.rank, k.ptr);
     let (prev, next) = if *head == NIL {
         *head = k.id.0;
         bitmap.set(c);
@@ -633,6 +645,7 @@ fn link(
     nodes[k.id.0 as usize] = Node {
         ptr: k.ptr,
         size: k.size,
+        rank: k.rank,
         stream: k.stream,
         prev,
         next,
@@ -647,7 +660,7 @@ fn to_tree(nodes: &mut [Node], head: u32, trees: &mut FxHashMap<u32, ClassTree>,
     let mut at = head;
     while at != NIL {
         let n = &mut nodes[at as usize];
-        tree.insert((n.size, n.ptr, at));
+        tree.insert((n.size, n.rank, n.ptr, at));
         at = n.next;
         n.prev = TREE;
         n.next = TREE;
@@ -668,13 +681,14 @@ fn link_tree(
     let Some(tree) = trees.get_mut(&(c as u32)) else {
         unreachable!("a tree node's class has a tree");
     };
-    tree.insert((k.size, k.ptr, k.id.0));
-    if (k.size, k.ptr) < nodes[*head as usize].order() {
+    tree.insert((k.size, k.rank, k.ptr, k.id.0));
+    if (k.size, k.rank, k.ptr) < nodes[*head as usize].order() {
         *head = k.id.0;
     }
     nodes[k.id.0 as usize] = Node {
         ptr: k.ptr,
         size: k.size,
+        rank: k.rank,
         stream: k.stream,
         prev: TREE,
         next: TREE,
@@ -686,10 +700,11 @@ fn link_tree(
 struct Found {
     ptr: DevicePtr,
     size: usize,
+    rank: u64,
     id: BlockId,
 }
 
-/// Walks the classes upward from `class`, each class in `(size, address)` order.
+/// Walks the classes upward from `class`, each class in `(size, rank, address)` order.
 struct ForwardClasses<'a> {
     f: Option<&'a StreamFree>,
     nodes: &'a [Node],
@@ -725,15 +740,20 @@ impl Iterator for ForwardClasses<'_> {
     }
 }
 
-/// Appends the blocks of class `c` to `out` in ascending `(size, address)` order.
+/// Appends the blocks of class `c` to `out` in ascending `(size, rank, address)` order.
 fn load_class(f: &StreamFree, nodes: &[Node], c: usize, out: &mut impl Extend<Found>) {
     let head = f.head(c);
     if head != NIL && nodes[head as usize].prev == TREE {
-        out.extend(f.trees[&(c as u32)].iter().map(|&(size, ptr, id)| Found {
-            ptr,
-            size,
-            id: BlockId(id),
-        }));
+        out.extend(
+            f.trees[&(c as u32)]
+                .iter()
+                .map(|&(size, rank, ptr, id)| Found {
+                    ptr,
+                    size,
+                    rank,
+                    id: BlockId(id),
+                }),
+        );
         return;
     }
     let mut at = head;
@@ -742,13 +762,15 @@ fn load_class(f: &StreamFree, nodes: &[Node], c: usize, out: &mut impl Extend<Fo
         out.extend([Found {
             ptr: node.ptr,
             size: node.size,
+            rank: node.rank,
             id: BlockId(at),
         }]);
         at = node.next;
     }
 }
 
-/// Walks the classes downward from `class`, each class in descending `(size, address)` order.
+/// Walks the classes downward from `class`, each class in descending `(size, rank, address)`
+/// order.
 struct BackwardClasses<'a> {
     f: Option<&'a StreamFree>,
     nodes: &'a [Node],
@@ -795,9 +817,14 @@ mod tests {
     }
 
     fn key(stream: u64, size: usize, ptr: u64, id: u32) -> SizeKey {
+        ranked(stream, size, 0, ptr, id)
+    }
+
+    fn ranked(stream: u64, size: usize, rank: u64, ptr: u64, id: u32) -> SizeKey {
         SizeKey {
             stream: StreamId(stream),
             size,
+            rank,
             ptr,
             id: BlockId(id),
         }
@@ -885,7 +912,14 @@ mod tests {
             } else {
                 (100 << 20) + (i as usize % 7) * 512
             };
-            key(0, size, 0x10_0000 + u64::from(i) * 4096, i)
+            // Ranks that disagree with the address order (torch 2.15's oldest-segment-first).
+            ranked(
+                0,
+                size,
+                u64::from(i % 5),
+                0x10_0000 + u64::from(i) * 4096,
+                i,
+            )
         };
         let mut trees_seen = 0;
         for round in 0..20_000 {
@@ -927,7 +961,7 @@ mod tests {
         assert_eq!(trees_seen, 2, "both long classes moved to a B-tree");
     }
 
-    /// The index behaves exactly like a BTreeSet of (stream, size, ptr) keys, with each block id
+    /// The index behaves exactly like a BTreeSet of (stream, size, rank, ptr) keys, with each block id
     /// in it at most once (as in the allocator: a block is in one place at a time).
     #[test]
     fn matches_a_btree_set_on_random_operations() {
@@ -946,9 +980,12 @@ mod tests {
         ];
         for _ in 0..20_000 {
             let r = rnd();
-            let k = key(
+            // Ranks (torch 2.15's segment registration counters) order equal sizes before the
+            // address; a third of the keys keep rank 0, as under torch 2.7's rules.
+            let k = ranked(
                 r % 3,
                 sizes[(r >> 8) as usize % sizes.len()] + ((r >> 16) as usize % 4) * 512,
+                (r >> 44) % 3,
                 ((r >> 24) % 64) * 512,
                 ((r >> 24) % 64) as u32,
             );

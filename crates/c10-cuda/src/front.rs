@@ -315,7 +315,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         Ok(self.dev(device)?.lock().stats())
     }
 
-    /// `torch.cuda.memory_stats(device)`: PyTorch's 122 keys.
+    /// `torch.cuda.memory_stats(device)`: PyTorch's keys (123 under torch 2.15's rules, the default; 122 under 2.7's).
     ///
     /// # Errors
     /// [`Error::InvalidDevice`].

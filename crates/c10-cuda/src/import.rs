@@ -48,6 +48,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.history
             .record(TraceAction::SegmentAlloc, base, total as u64, stream);
 
+        let rank = self.take_registration();
         // Merge runs of free blocks first.
         let mut merged: Vec<ImportBlock> = Vec::with_capacity(blocks.len());
         for b in blocks {
@@ -62,6 +63,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let mut free_ids = Vec::new();
         for b in &merged {
             let mut block = Block::new(ptr, b.size, stream, small);
+            block.rank = rank;
             block.prev = prev;
             block.allocated = b.allocated;
             block.requested_size = b.requested;

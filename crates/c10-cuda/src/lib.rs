@@ -4,7 +4,8 @@
 //! The algorithm ([`DeviceCachingAllocator`]) reproduces PyTorch's decisions exactly: rounding
 //! to 512 bytes (or `roundup_power2_divisions`), a small pool (blocks up to 1 MiB, 2 MiB
 //! segments) and a large pool (20 MiB segments, or the request rounded to 2 MiB from 10 MiB),
-//! best fit on `(stream, size, address)`, splitting and merging, oversize blocks
+//! best fit on `(stream, size, address)` (torch 2.15: the oldest segment first among equal
+//! sizes; [`rules`] picks the PyTorch version), splitting and merging, oversize blocks
 //! (`max_split_size`), the out-of-memory retry chain, `record_stream` with events, `empty_cache`,
 //! garbage collection under a memory fraction, and expandable segments. It never touches a
 //! device itself: everything goes through [`device::DeviceMemory`], implemented by
@@ -14,7 +15,7 @@
 //! Around it: [`CachingAllocator`], the thread-safe multi-device front with free-memory
 //! callbacks, out-of-memory observers and trace trackers ([`observer`]) and c10-core's
 //! `Allocator`; [`config::AllocatorConfig`] (PYTORCH_CUDA_ALLOC_CONF);
-//! [`stats::DeviceStats`] with `memory_stats()`'s 122 keys; [`summary::memory_summary`];
+//! [`stats::DeviceStats`] with `memory_stats()`'s keys (123 under torch 2.15's rules, 122 under 2.7's); [`summary::memory_summary`];
 //! [`snapshot`] and [`history`] in PyTorch's snapshot format, with the call sites of
 //! allocations and frees ([`call_site`]); [`oom::OutOfMemoryError`].
 //!
@@ -66,6 +67,7 @@ mod ptr_map;
 mod reconfigure;
 mod release;
 pub mod room;
+pub mod rules;
 pub mod segment_view;
 pub mod sim;
 pub mod sizes;
@@ -83,6 +85,7 @@ pub use history::RecordContext;
 pub use observer::{OomObservation, OutOfMemoryObserver, TraceTracker};
 pub use placement::Placement;
 pub use room::{RoomCost, RoomKind, RoomOptions, RoomPlan};
+pub use rules::{Fixes, Rules, TorchVersion};
 pub use segment_view::{BlockState, BlockView, Pool, SegmentView};
 pub use sim::{SimDevice, SimMode};
 pub use try_malloc::{MallocOutcome, Miss, Request};

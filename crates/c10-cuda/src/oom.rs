@@ -11,6 +11,7 @@
 
 use std::fmt;
 
+use crate::rules::TorchVersion;
 use crate::summary::format_size;
 
 /// PyTorch's documentation sentence that ends every out-of-memory message.
@@ -38,7 +39,10 @@ const DOCS: &str = "See documentation for Memory Management \
 ///   a quarter of `reserved`, or at least `segment_size`; see [`OutOfMemoryError::fragmented`]):
 ///   PyTorch's `expandable_segments:True` suggestion (also after the fraction hint);
 /// - otherwise, unless the fraction hint was given: fragmentation is not the cause (expandable
-///   segments are on, or the unallocated part is small); reduce memory use or free tensors.
+///   segments are on, or the unallocated part is small); reduce memory use or free tensors;
+/// - with expandable segments on under torch 2.15's rules ([`OutOfMemoryError::torch`]), what
+///   2.15 adds: a note that each expandable segment reserves about 9/8 of the device's memory in
+///   virtual address space, per stream and pool, in case the process runs out of address space.
 ///
 /// Unlike PyTorch, the docs sentence is separated by single spaces (PyTorch prints two before
 /// "See" and two before the link). `max_split_size` and `stream` are carried for callers and logs;
@@ -71,6 +75,9 @@ pub struct OutOfMemoryError {
     pub max_split_size: Option<u64>,
     /// The stream the request was made on (its raw handle or id).
     pub stream: u64,
+    /// The PyTorch version whose rules the allocator followed (the message's last note
+    /// depends on it).
+    pub torch: TorchVersion,
 }
 
 impl OutOfMemoryError {
@@ -152,6 +159,13 @@ impl fmt::Display for OutOfMemoryError {
             f.write_str(
                 "Reserved but unallocated memory is small, so fragmentation is not the cause: \
                  reduce memory use or free tensors that are no longer needed. ",
+            )?;
+        }
+        if self.expandable_segments && self.torch >= TorchVersion::V2_15 {
+            f.write_str(
+                "If the process runs out of virtual address space (VSZ) instead: each expandable \
+                 segment reserves about 9/8 of the device's memory, per stream and pool (torch \
+                 2.15's expandable_segments_reserve lowers it). ",
             )?;
         }
         f.write_str(DOCS)

@@ -84,6 +84,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             return Ok(false);
         }
         let (ptr, size, stream, small) = (b.ptr, b.size, b.stream, b.small);
+        let key = SizeKey::of(id, b);
         self.stats.num_device_free += 1;
         self.history
             .record(TraceAction::SegmentFree, ptr, size as u64, stream);
@@ -94,12 +95,6 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if size >= self.config.max_split_size_or_max() {
             self.stats.oversize_segments.decrease(1);
         }
-        let key = SizeKey {
-            stream,
-            size,
-            ptr,
-            id,
-        };
         self.pool_mut(small).blocks.remove(&key);
         self.blocks.remove(id);
         Ok(true)
@@ -128,7 +123,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         // Segments reserved for a request whose pages could not be mapped were never mapped,
         // so the loop above never sees them (PyTorch leaks them: each failing request larger
         // than every segment's free room reserves 9/8 of the device in address space, until
-        // the reservation itself fails). Release those wholly unmapped segments too.
+        // the reservation itself fails). Release those wholly unmapped segments too
+        // (`Fixes::release_unmapped_segments`).
+        if !self.rules.fixes.release_unmapped_segments {
+            return Ok(());
+        }
         let pool = if small { &self.small } else { &self.large };
         let never_mapped: Vec<BlockId> = pool
             .unmapped

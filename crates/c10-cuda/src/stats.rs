@@ -1,8 +1,11 @@
 //! Allocator statistics with PyTorch's update rules and `memory_stats()` key names.
 //!
 //! Mirrors `c10::CachingDeviceAllocator::DeviceStats`: nine [`StatArray`]s (aggregate, small
-//! pool, large pool), two oversize [`Stat`]s and six counters, flattened by
-//! [`DeviceStats::memory_stats`] into exactly the 122 keys of `torch.cuda.memory_stats()`.
+//! pool, large pool), two oversize [`Stat`]s and six counters (seven from torch 2.15), flattened
+//! by [`DeviceStats::memory_stats`] into exactly the keys of `torch.cuda.memory_stats()` of the
+//! PyTorch version the allocator follows: 122 for torch 2.7, 123 for 2.15.
+
+use crate::rules::TorchVersion;
 
 use std::collections::BTreeMap;
 
@@ -149,6 +152,12 @@ pub struct DeviceStats {
     pub num_device_free: i64,
     /// The configured `max_split_size` in bytes; `None` when unlimited.
     pub max_split_size: Option<u64>,
+    /// Allocations refused without trying the device (`num_oom_rejections`, torch 2.15 only:
+    /// `throw_on_cudamalloc_oom`, which this allocator does not implement, so always 0).
+    pub num_oom_rejections: i64,
+    /// The PyTorch version whose key set [`DeviceStats::memory_stats`] reports (the allocator's
+    /// [`crate::rules::Rules`] version; the default is the newest).
+    pub torch: TorchVersion,
 }
 
 /// The nine stat arrays in the order PyTorch's `memory_stats()` emits them.
@@ -195,12 +204,15 @@ impl DeviceStats {
         ]
     }
 
-    /// The flat map of `torch.cuda.memory_stats()`: exactly PyTorch's 122 keys, sorted.
+    /// The flat map of `torch.cuda.memory_stats()`: exactly the keys of the PyTorch version in
+    /// [`DeviceStats::torch`] (122 for torch 2.7, 123 for 2.15), sorted.
     ///
     /// Keys: `<array>.<all|small_pool|large_pool>.<current|peak|allocated|freed>` for the nine
     /// arrays (108), `oversize_allocations.*` and `oversize_segments.*` (8), and the scalars
     /// `num_alloc_retries`, `num_ooms`, `max_split_size`, `num_sync_all_streams`,
-    /// `num_device_alloc`, `num_device_free` (6).
+    /// `num_device_alloc`, `num_device_free` (6), plus `num_oom_rejections` from torch 2.15.
+    /// (2.15 also has `reserved_bytes_by_private_pools.*` for each private pool it has seen;
+    /// this allocator has no private pools.)
     ///
     /// Deliberate difference: none in the values. Like PyTorch, `max_split_size` reads `-1` when
     /// unlimited (PyTorch stores `SIZE_MAX` and converts it to a signed -1); the typed field
@@ -229,6 +241,9 @@ impl DeviceStats {
         out.insert("num_sync_all_streams".into(), self.num_sync_all_streams);
         out.insert("num_device_alloc".into(), self.num_device_alloc);
         out.insert("num_device_free".into(), self.num_device_free);
+        if self.torch.has_oom_rejections_stat() {
+            out.insert("num_oom_rejections".into(), self.num_oom_rejections);
+        }
         out
     }
 
@@ -266,6 +281,7 @@ impl DeviceStats {
         self.num_sync_all_streams = 0;
         self.num_device_alloc = 0;
         self.num_device_free = 0;
+        self.num_oom_rejections = 0;
     }
 }
 
@@ -274,10 +290,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn memory_stats_has_exactly_pytorchs_122_keys() {
+    fn memory_stats_has_exactly_pytorchs_keys_per_version() {
+        let old = DeviceStats {
+            torch: TorchVersion::V2_7,
+            ..DeviceStats::default()
+        };
+        assert_eq!(old.memory_stats().len(), 122);
+        assert!(!old.memory_stats().contains_key("num_oom_rejections"));
         let stats = DeviceStats::default();
         let map = stats.memory_stats();
-        assert_eq!(map.len(), 122);
+        assert_eq!(map.len(), 123);
+        assert_eq!(map["num_oom_rejections"], 0);
         assert_eq!(map["max_split_size"], -1);
         assert!(map.contains_key("allocated_bytes.all.current"));
         assert!(map.contains_key("reserved_bytes.large_pool.peak"));

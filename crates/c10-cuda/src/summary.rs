@@ -212,7 +212,8 @@ pub fn memory_summary(device: u8, stats: &DeviceStats, abbreviated: bool) -> Str
 
 /// The flat `torch.cuda.memory_stats()` map as `key = value` lines, sorted by key.
 ///
-/// One line per key of [`DeviceStats::memory_stats`] (PyTorch's 122 keys), each ending in `\n`;
+/// One line per key of [`DeviceStats::memory_stats`] (the keys of the PyTorch version the stats
+/// follow: 122 for torch 2.7, 123 for 2.15), each ending in `\n`;
 /// byte values are plain integers (no units). `max_split_size` reads `-1` when unlimited, as in
 /// PyTorch. Meant for snapshots and the command-line tools.
 pub fn stats_table(stats: &DeviceStats) -> String {

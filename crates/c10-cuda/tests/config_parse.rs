@@ -3,6 +3,7 @@
 
 use std::ffi::OsString;
 
+use c10_cuda::TorchVersion;
 use c10_cuda::config::{
     ALLOWED_KEYS, AllocatorConfig, Backend, ConfigError, ConfigWarning, MIB, SettingValue,
 };
@@ -82,7 +83,9 @@ fn default_is_pytorch_default() {
     "roundup_power2_divisions:[64:8,128:0,256:2]",
     AllocatorConfig { roundup_power2_divisions: runs(&[(8, 7), (0, 1), (2, 1), (0, 7)]), ..cfg() }
 )]
-#[case::roundup_list_only_fill("roundup_power2_divisions:[>:8]", AllocatorConfig { roundup_power2_divisions: [8; 16], ..cfg() })]
+// torch 2.15 (checked with torch-oracle): without a key before it, `>` fills every interval
+// after the first; the one below 2 MiB keeps 0.
+#[case::roundup_list_only_fill("roundup_power2_divisions:[>:8]", AllocatorConfig { roundup_power2_divisions: [0, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8], ..cfg() })]
 #[case::roundup_list_key_clamped(
     "roundup_power2_divisions:[65536:2]",
     AllocatorConfig { roundup_power2_divisions: [2; 16], ..cfg() }
@@ -166,8 +169,8 @@ fn good_strings(#[case] input: &str, #[case] expected: AllocatorConfig) {
     );
 }
 
-/// The `>` fill starts after the last key. PyTorch's `CUDAAllocatorConfig` started it at the
-/// last key, so there `[256:4,512:2,>:1]` gave the 512 MiB interval 1 division, not 2.
+/// The `>` fill starts after the last key (torch 2.15). torch 2.7 started it at the last key, so
+/// there `[256:4,512:2,>:1]` gave the 512 MiB interval 1 division, not 2.
 #[test]
 fn roundup_fill_does_not_overwrite_last_key() {
     let c = AllocatorConfig::parse("roundup_power2_divisions:[256:4,512:2,>:1]").unwrap();
@@ -177,11 +180,61 @@ fn roundup_fill_does_not_overwrite_last_key() {
     assert_eq!(
         c.roundup_power2_divisions_for(512 * MIB),
         2,
-        "PyTorch's bug would give 1"
+        "torch 2.7's rule would give 1"
     );
+    let old = AllocatorConfig::parse_for(
+        "roundup_power2_divisions:[256:4,512:2,>:1]",
+        TorchVersion::V2_7,
+    )
+    .unwrap();
+    assert_eq!(old.roundup_power2_divisions_for(512 * MIB), 1);
     assert_eq!(c.roundup_power2_divisions_for(1023 * MIB), 2);
     assert_eq!(c.roundup_power2_divisions_for(1024 * MIB), 1);
     assert_eq!(c.roundup_power2_divisions_for(usize::MAX), 1);
+}
+
+/// How each torch version reads the same strings (each row checked with torch-oracle: the block
+/// a request of `size` bytes gets, i.e. `round_size`): 2.7 starts the `>` fill at the last key's
+/// own interval (index 0 without a key), 2.15 at the next one.
+#[rstest]
+#[case::gt_alone_2_7("[>:2]", TorchVersion::V2_7, 4608, 6144)]
+#[case::gt_alone_2_15("[>:2]", TorchVersion::V2_15, 4608, 4608)]
+#[case::gt_alone_2_7_below_2mib("[>:2]", TorchVersion::V2_7, 1_600_000, 2 * MIB)]
+#[case::gt_alone_2_15_below_2mib("[>:2]", TorchVersion::V2_15, 1_600_000, 1_600_000)]
+#[case::gt_after_first_interval_2_7("[1:4,>:2]", TorchVersion::V2_7, 4608, 6144)]
+#[case::gt_after_first_interval_2_15("[1:4,>:2]", TorchVersion::V2_15, 4608, 5120)]
+#[case::gt_after_second_interval_2_7("[2:4,>:2]", TorchVersion::V2_7, 3_500_000, 4 * MIB)]
+#[case::gt_after_second_interval_2_15("[2:4,>:2]", TorchVersion::V2_15, 3_500_000, 3_670_016)]
+#[case::same_below_the_key("[2:4,>:2]", TorchVersion::V2_7, 1_600_000, 1_835_008)]
+fn roundup_list_per_version(
+    #[case] list: &str,
+    #[case] version: TorchVersion,
+    #[case] size: usize,
+    #[case] block: usize,
+) {
+    let c =
+        AllocatorConfig::parse_for(&format!("roundup_power2_divisions:{list}"), version).unwrap();
+    assert_eq!(c10_cuda::sizes::round_size(size, &c), block);
+}
+
+/// Keys and bounds that differ between versions (torch-oracle: torch 2.7.1 aborts at start-up
+/// on the rejected ones, with "must be > 20" or "Unrecognized CachingAllocator option").
+#[rstest]
+#[case::split_20_on_2_7("max_split_size_mb:20", TorchVersion::V2_7, false)]
+#[case::split_20_on_2_15("max_split_size_mb:20", TorchVersion::V2_15, true)]
+#[case::split_21_on_2_7("max_split_size_mb:21", TorchVersion::V2_7, true)]
+#[case::rounding_20_on_2_7("max_non_split_rounding_mb:20", TorchVersion::V2_7, false)]
+#[case::rounding_20_on_2_15("max_non_split_rounding_mb:20", TorchVersion::V2_15, true)]
+#[case::rounding_19_on_2_15("max_non_split_rounding_mb:19", TorchVersion::V2_15, false)]
+#[case::fraction_key_on_2_7("per_process_memory_fraction:0.5", TorchVersion::V2_7, false)]
+#[case::fraction_key_on_2_15("per_process_memory_fraction:0.5", TorchVersion::V2_15, true)]
+fn keys_per_version(#[case] input: &str, #[case] version: TorchVersion, #[case] ok: bool) {
+    let got = AllocatorConfig::parse_for(input, version);
+    assert_eq!(got.is_ok(), ok, "{input} under {version}: {got:?}");
+    if let Err(e) = got {
+        let key = input.split(':').next().unwrap();
+        assert!(e.to_string().contains(key), "{e}");
+    }
 }
 
 #[rstest]
@@ -198,7 +251,8 @@ fn roundup_fill_does_not_overwrite_last_key() {
     "roundup_power2_divisions:[256:4,512:2,>:1]",
     "roundup_power2_divisions:[256:4,512:2,>:1]"
 )]
-#[case::roundup_all_equal("roundup_power2_divisions:[>:4]", "roundup_power2_divisions:4")]
+#[case::roundup_all_equal("roundup_power2_divisions:[1:4,>:4]", "roundup_power2_divisions:4")]
+#[case::roundup_gt_only("roundup_power2_divisions:[>:4]", "roundup_power2_divisions:[1:0,>:4]")]
 #[case::roundup_clamped_key("roundup_power2_divisions:[32768:2]", "roundup_power2_divisions:2")]
 #[case::roundup_no_fill(
     "roundup_power2_divisions:[1:2,2:4]",

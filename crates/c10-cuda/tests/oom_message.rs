@@ -1,5 +1,6 @@
 //! The out-of-memory message in the states that pick different hints.
 
+use c10_cuda::TorchVersion;
 use c10_cuda::oom::OutOfMemoryError;
 
 const MIB: u64 = 1 << 20;
@@ -21,6 +22,7 @@ fn fragmented() -> OutOfMemoryError {
         expandable_segments: false,
         max_split_size: None,
         stream: 0,
+        torch: TorchVersion::V2_15,
     }
 }
 
@@ -47,6 +49,23 @@ fn expandable_segments_on() {
         ..fragmented()
     };
     insta::assert_snapshot!("oom_expandable_on", e.to_string());
+    // torch 2.7 has no note on virtual address space.
+    let old = OutOfMemoryError {
+        torch: TorchVersion::V2_7,
+        ..e.clone()
+    };
+    let text = old.to_string();
+    assert!(!text.contains("virtual address space"), "{text}");
+    assert!(e.to_string().contains("virtual address space"));
+    assert_eq!(
+        e.to_string().replace(
+            "If the process runs out of virtual address space (VSZ) instead: each expandable \
+             segment reserves about 9/8 of the device's memory, per stream and pool (torch 2.15's \
+             expandable_segments_reserve lowers it). ",
+            ""
+        ),
+        text
+    );
 }
 
 #[test]

@@ -135,6 +135,7 @@ fn distinct_stats() -> DeviceStats {
     s.num_sync_all_streams = 7;
     s.num_device_alloc = 31;
     s.num_device_free = 29;
+    s.num_oom_rejections = 37;
     s.max_split_size = Some(200 * MIB);
     s
 }
@@ -142,7 +143,14 @@ fn distinct_stats() -> DeviceStats {
 #[test]
 fn stats_table_of_distinct_stats() {
     let table = stats_table(&distinct_stats());
-    assert_eq!(table.lines().count(), 122);
+    // torch 2.15's keys (the default rules): 2.7's 122 and num_oom_rejections.
+    assert_eq!(table.lines().count(), 123);
+    let old = DeviceStats {
+        torch: c10_cuda::TorchVersion::V2_7,
+        ..distinct_stats()
+    };
+    assert_eq!(stats_table(&old).lines().count(), 122);
+    assert!(!stats_table(&old).contains("num_oom_rejections"));
     insta::assert_snapshot!("stats_table_distinct", table);
 }
 

@@ -181,7 +181,7 @@ fn to_py<'py>(py: Python<'py>, v: &Json) -> PyResult<Bound<'py, PyAny>> {
     })
 }
 
-/// replay(snap, alloc_conf=None, from_empty=False, sweep=False, device_memory=None, top=None, device=None)
+/// replay(snap, alloc_conf=None, from_empty=False, sweep=False, device_memory=None, top=None, device=None, torch_version=None)
 /// --
 ///
 /// Replays the snapshot's history through the caching allocator, as `tensormem replay
@@ -189,9 +189,11 @@ fn to_py<'py>(py: Python<'py>, v: &Json) -> PyResult<Bound<'py, PyAny>> {
 /// alloc/free sequence from an empty allocator; `alloc_conf` is a PYTORCH_CUDA_ALLOC_CONF
 /// string (default: the recorded settings); `sweep=True` adds the standard configurations;
 /// `device_memory` (bytes or "80GiB") sizes the simulated device; `top=N` adds the call sites
-/// holding the most bytes. Returns the `--json` dict.
+/// holding the most bytes; `torch_version` ("2.7", "2.15") follows that PyTorch version's
+/// rules (default: parity detects the version, what-if uses the newest). Returns the `--json`
+/// dict.
 #[pyfunction]
-#[pyo3(signature = (snap, alloc_conf=None, from_empty=false, sweep=false, device_memory=None, top=None, device=None))]
+#[pyo3(signature = (snap, alloc_conf=None, from_empty=false, sweep=false, device_memory=None, top=None, device=None, torch_version=None))]
 #[allow(clippy::too_many_arguments)]
 fn replay<'py>(
     py: Python<'py>,
@@ -202,6 +204,7 @@ fn replay<'py>(
     device_memory: Option<&Bound<'py, PyAny>>,
     top: Option<usize>,
     device: Option<usize>,
+    torch_version: Option<String>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (s, name) = load(snap)?;
     let req = tensormem::session::ReplayRequest {
@@ -211,6 +214,7 @@ fn replay<'py>(
         sweep,
         device,
         top,
+        torch_version,
         ..Default::default()
     };
     let doc = py

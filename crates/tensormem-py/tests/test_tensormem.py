@@ -63,6 +63,7 @@ REPORT_KEYS = {
     "peak_event_index", "peak_allocated_bytes", "recorded_peak_reserved_bytes",
     "lower_bound_bytes", "device_mallocs", "num_alloc_retries", "num_ooms", "failed_allocs",
     "skipped_frees", "empty_cache_calls", "sweep", "memory_stats",
+    "torch_version", "torch_version_detected", "parity_by_version",
 }
 
 
@@ -75,8 +76,22 @@ def test_replay_a_dict_built_in_python():
     assert (p["alloc_address_match"], p["alloc_total"]) == (3, 3)
     assert p["first_divergence"] is None
     assert r["peak_reserved_bytes"] == 20 * MIB
-    assert len(r["memory_stats"]) == 122
+    # Both versions' rules reproduce it: the newest (torch 2.15, 123 stats keys) is used.
+    assert (r["torch_version"], r["torch_version_detected"]) == ("2.15", True)
+    assert [v["torch_version"] for v in r["parity_by_version"]] == ["2.7", "2.15"]
+    assert all(v["alloc_address_match"] == 3 for v in r["parity_by_version"])
+    assert len(r["memory_stats"]) == 123
     assert r["memory_stats"]["allocated_bytes.all.current"] == 8 * MIB
+
+
+def test_torch_version_option():
+    r = tensormem.replay(synthetic(), torch_version="2.7")
+    assert (r["torch_version"], r["torch_version_detected"]) == ("2.7", False)
+    assert r["parity_by_version"] is None
+    assert len(r["memory_stats"]) == 122
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay(synthetic(), torch_version="1.0")
+    assert "--torch-version" in str(e.value)
 
 
 def test_sweep_top_and_options():

@@ -113,8 +113,9 @@ pub fn candidates() -> Vec<Candidate> {
         "max_split_size_mb:256,roundup_power2_divisions:8",
     ];
     out.extend(plain.iter().map(|s| Candidate::new(s)));
-    // Garbage collection needs a memory fraction; 1.0 caps the process at the device memory
-    // itself (as a real GPU does), so the threshold is a share of the device.
+    // Garbage collection needs a memory fraction below 1.0 (torch 2.15 takes a fraction of 1.0
+    // as "no limit", and collects nothing then); 0.999 caps the process just under the device
+    // memory, so the threshold is about a share of the device.
     for base in ["", "max_split_size_mb:128", "expandable_segments:True"] {
         for threshold in ["0.6", "0.8", "0.95"] {
             let mut s = base.to_string();
@@ -125,12 +126,15 @@ pub fn candidates() -> Vec<Candidate> {
             s.push_str(threshold);
             out.push(Candidate {
                 alloc_conf: s,
-                memory_fraction: Some(1.0),
+                memory_fraction: Some(GC_FRACTION),
             });
         }
     }
     out
 }
+
+/// The memory fraction the garbage-collection candidates set (see [`candidates`]).
+pub const GC_FRACTION: f64 = 0.999;
 
 /// How to search.
 #[derive(Clone, Debug)]
@@ -570,19 +574,19 @@ mod tests {
     fn the_lines_to_paste() {
         let c = Candidate {
             alloc_conf: "garbage_collection_threshold:0.8".into(),
-            memory_fraction: Some(1.0),
+            memory_fraction: Some(GC_FRACTION),
         };
         assert_eq!(
             c.how_to_apply(),
             vec![
                 "export PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8".to_string(),
-                "torch.cuda.set_per_process_memory_fraction(1.0)   # in the program, before the first allocation"
+                "torch.cuda.set_per_process_memory_fraction(0.999)   # in the program, before the first allocation"
                     .to_string()
             ]
         );
         assert_eq!(
             c.label(),
-            "garbage_collection_threshold:0.8 + memory fraction 1.0"
+            "garbage_collection_threshold:0.8 + memory fraction 0.999"
         );
     }
 }

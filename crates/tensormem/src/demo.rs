@@ -212,6 +212,7 @@ pub fn run(out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
         &standard_configs(),
         capacity,
         false,
+        c10_cuda::Rules::default(),
         &mut |_, _, _| {},
     )?;
     write!(out, "{}", report::sweep_table(&rows, capacity))?;

@@ -284,6 +284,7 @@ pub fn state_after(
         .map_err(|e| Error::option("--alloc-conf", e))?;
     let opts = ReplayOptions {
         until_event: Some(index + 1),
+        rules: o.rules,
         ..ReplayOptions::new(config, capacity, o.parity.is_none())
     };
     Ok(replay(snap, device, &opts, &mut |_, _| {})?.snapshot)

@@ -7,7 +7,8 @@
 //! PyTorch's decisions, or from empty), [`sweep`] compares configurations, [`top_sites`] finds
 //! who holds the memory, [`advise`] searches the allocator settings, [`explain`] says why an
 //! allocation failed, [`report`], [`session`] and [`html`] format text, JSON and HTML, [`dump`]
-//! writes our replay in PyTorch's format; [`train`] runs live Dynamic Tensor Rematerialization
+//! writes our replay in PyTorch's format; [`versions`] finds which PyTorch version's rules
+//! reproduce a recording; [`train`] runs live Dynamic Tensor Rematerialization
 //! on a small model trained on the simulated device.
 
 pub mod advise;
@@ -29,5 +30,6 @@ pub mod state;
 pub mod sweep;
 pub mod top_sites;
 pub mod train;
+pub mod versions;
 
 pub use error::Error;

@@ -190,6 +190,11 @@ struct ReplayArgs {
     /// Write a self-contained HTML report (timelines, table, call sites, segment map).
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// Follow this PyTorch version's allocator rules (2.7 or 2.15). Without it, parity tries
+    /// each version and keeps the one that reproduces the recording; what-if replays follow
+    /// the detected version, or the newest.
+    #[arg(long, value_name = "V")]
+    torch_version: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -277,6 +282,7 @@ fn run_replay(args: ReplayArgs) -> Result<String, String> {
         series: args.plot.is_some() || args.html.is_some(),
         keep_history: args.dump.is_some(),
         html: args.html.is_some(),
+        torch_version: args.torch_version.clone(),
     };
     let mut bars: Vec<(String, ProgressBar)> = Vec::new();
     let result = session::run(&snap, &name, &req, &mut |label, done, total| {

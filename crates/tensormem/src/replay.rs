@@ -9,7 +9,7 @@ use c10_cuda::history::{Clock, TraceAction, TraceEntry};
 use c10_cuda::snapshot::DeviceSnapshot;
 use c10_cuda::stats::DeviceStats;
 use c10_cuda::summary::format_size;
-use c10_cuda::{DeviceCachingAllocator, Error as AllocError, SimDevice};
+use c10_cuda::{DeviceCachingAllocator, Error as AllocError, Rules, SimDevice};
 use thiserror::Error;
 
 use crate::model::{RecordedEvent, Snapshot};
@@ -34,6 +34,9 @@ pub struct ReplayOptions {
     pub until_event: Option<usize>,
     /// Stop at the first allocation our replay cannot place (a yes/no "does it fit" run).
     pub stop_at_first_oom: bool,
+    /// The PyTorch version's rules and the fixes to follow (default: the newest version with
+    /// every fix; parity replays use [`Rules::pytorch_exact`], see [`crate::versions`]).
+    pub rules: Rules,
 }
 
 impl ReplayOptions {
@@ -48,6 +51,7 @@ impl ReplayOptions {
             keep_history: false,
             until_event: None,
             stop_at_first_oom: false,
+            rules: Rules::default(),
         }
     }
 }
@@ -121,6 +125,8 @@ pub struct SeriesPoint {
 pub struct Outcome {
     /// The configuration string replayed (empty for the default).
     pub config: String,
+    /// The rules followed (the PyTorch version and our fixes).
+    pub rules: Rules,
     /// Parity figures (parity mode only).
     pub parity: Option<Parity>,
     /// Recorded events processed.
@@ -236,7 +242,7 @@ pub fn replay(
         .filter(|t| t.iter().any(|e| e.action != TraceAction::Snapshot))
         .ok_or(ReplayError::NoHistory)?;
     let sim = SimDevice::address_only(device as u8, opts.capacity).with_auto_complete(true);
-    let alloc = DeviceCachingAllocator::new(sim.clone(), opts.config.clone())?;
+    let alloc = DeviceCachingAllocator::with_rules(sim.clone(), opts.config.clone(), opts.rules)?;
     let mut r = Runner {
         alloc,
         sim,
@@ -391,6 +397,7 @@ pub fn replay(
     };
     Ok(Outcome {
         config: opts.config.to_string(),
+        rules: opts.rules,
         parity: r.parity,
         events: total,
         allocs,

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::model::Snapshot;
 use crate::replay::{Outcome, Parity};
+use crate::session::VersionScore;
 use crate::top_sites::Site;
 
 fn pct(a: usize, b: usize) -> String {
@@ -65,7 +66,8 @@ pub fn parity_text(o: &Outcome) -> String {
     let Some(p) = &o.parity else { return s };
     let _ = writeln!(
         s,
-        "\nParity with PyTorch (settings: {}, recorded start state)",
+        "\nParity with PyTorch (torch {} rules, settings: {}, recorded start state)",
+        o.rules.version,
         config_label(&o.config)
     );
     if let Some(st) = &o.start {
@@ -167,6 +169,45 @@ pub fn sweep_table(rows: &[Outcome], capacity: usize) -> String {
     s
 }
 
+/// The line saying whose rules a parity replay followed: given, or detected (each version's
+/// figures when it was detected).
+pub fn version_text(torch: c10_cuda::TorchVersion, by_version: Option<&[VersionScore]>) -> String {
+    let Some(scores) = by_version else {
+        return format!("  torch version:                    {torch} rules (--torch-version)\n");
+    };
+    let is_exact = |v: c10_cuda::TorchVersion| {
+        scores
+            .iter()
+            .find(|s| s.version == v)
+            .and_then(|s| s.parity)
+            .is_some_and(|(a, at, d, dt)| a == at && d == dt)
+    };
+    let exact = is_exact(torch);
+    let all_exact = scores.iter().all(|s| is_exact(s.version));
+    let others: Vec<String> = scores
+        .iter()
+        .filter(|s| s.version != torch)
+        .map(|s| match s.parity {
+            Some((a, at, d, dt)) => format!(
+                "{} rules: {a} / {at} allocations, {d} / {dt} segment decisions",
+                s.version
+            ),
+            None => format!("{} rules: the settings are not valid there", s.version),
+        })
+        .collect();
+    format!(
+        "  torch version:                    {torch} rules, detected: {} ({})\n",
+        if all_exact {
+            "every version's rules reproduce the recording, the newest is used"
+        } else if exact {
+            "they reproduce the recording"
+        } else {
+            "no version reproduces every decision; these come closest"
+        },
+        others.join("; ")
+    )
+}
+
 /// `memory_summary()` at the reserved peak and at the end.
 pub fn summaries(o: &Outcome, device: u8) -> String {
     format!(
@@ -182,19 +223,26 @@ pub fn summaries(o: &Outcome, device: u8) -> String {
 /// - `file`, `device`, `events`; `config` (the configuration's name: `"default"` or the
 ///   PYTORCH_CUDA_ALLOC_CONF string), `alloc_conf` (the PYTORCH_CUDA_ALLOC_CONF string replayed,
 ///   `""` for the default)
+/// - `torch_version` (`"2.7"` or `"2.15"`: whose rules the main replay followed),
+///   `torch_version_detected` (true when no `--torch-version` was given and a parity replay
+///   chose it), `parity_by_version` (when detected: a list, oldest first, of
+///   `{torch_version, alloc_address_match, alloc_total, segment_decision_match,
+///   segment_decision_total}`, the figures `null` for a version that rejects the settings;
+///   else `null`)
 /// - `parity`: `alloc_address_match`, `alloc_total`, `segment_decision_match`,
 ///   `segment_decision_total`, `first_divergence` (`null` or `{event_index, expected, got}`);
 ///   `null` with `--from-empty`
 /// - `peak_reserved_bytes`, `peak_event_index`, `peak_allocated_bytes`,
 ///   `recorded_peak_reserved_bytes` (or null), `lower_bound_bytes`, `device_mallocs`,
 ///   `num_alloc_retries`, `num_ooms`, `failed_allocs`, `skipped_frees`, `empty_cache_calls`
-/// - `sweep`: with `--sweep`, a list of `{config, alloc_conf, peak_reserved_bytes,
+/// - `sweep`: with `--sweep`, a list of `{config, alloc_conf, torch_version, peak_reserved_bytes,
 ///   peak_event_index, peak_allocated_bytes, lower_bound_bytes, fragmentation, device_mallocs,
 ///   num_alloc_retries, num_ooms}` (and `top_sites` at that configuration's own peak with
 ///   `--top`); else `[]`
 /// - with `--top N`: `top_sites` (at the reserved peak) and `top_sites_at_end`, each a list
 ///   of `{site, bytes, count}` (and `stack` with `--stack`), largest first
-/// - `memory_stats`: the allocator's 122 `memory_stats()` keys at the end of the main replay.
+/// - `memory_stats`: the allocator's `memory_stats()` keys at the end of the main replay (the
+///   keys of `torch_version`: 122 for 2.7, 123 for 2.15).
 #[derive(Serialize)]
 pub struct JsonReport {
     /// The input file.
@@ -207,6 +255,12 @@ pub struct JsonReport {
     pub config: String,
     /// The PYTORCH_CUDA_ALLOC_CONF string replayed (`""` = default).
     pub alloc_conf: String,
+    /// Whose rules the main replay followed (`2.7`, `2.15`).
+    pub torch_version: String,
+    /// Whether the version was detected (no `--torch-version`, parity mode).
+    pub torch_version_detected: bool,
+    /// When detected: every version's parity figures.
+    pub parity_by_version: Option<Vec<JsonVersionParity>>,
     /// Parity figures.
     pub parity: Option<JsonParity>,
     /// Our peak reserved bytes.
@@ -239,8 +293,36 @@ pub struct JsonReport {
     /// With `--top`: the call sites holding the most bytes at the end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_sites_at_end: Option<Vec<Site>>,
-    /// The 122 stats at the end.
+    /// The stats at the end (the version's keys).
     pub memory_stats: BTreeMap<String, i64>,
+}
+
+/// One version's parity figures in the JSON report.
+#[derive(Serialize)]
+pub struct JsonVersionParity {
+    /// The version (`2.7`, `2.15`).
+    pub torch_version: String,
+    /// Allocations at PyTorch's address (`null`: the version rejects the settings).
+    pub alloc_address_match: Option<usize>,
+    /// Allocations replayed.
+    pub alloc_total: Option<usize>,
+    /// Identical segment decisions.
+    pub segment_decision_match: Option<usize>,
+    /// Segment decisions.
+    pub segment_decision_total: Option<usize>,
+}
+
+impl JsonVersionParity {
+    /// The row of one version.
+    pub fn from(s: &VersionScore) -> Self {
+        JsonVersionParity {
+            torch_version: s.version.to_string(),
+            alloc_address_match: s.parity.map(|p| p.0),
+            alloc_total: s.parity.map(|p| p.1),
+            segment_decision_match: s.parity.map(|p| p.2),
+            segment_decision_total: s.parity.map(|p| p.3),
+        }
+    }
 }
 
 /// Parity in the JSON report.
@@ -276,6 +358,8 @@ pub struct JsonSweepRow {
     pub config: String,
     /// PYTORCH_CUDA_ALLOC_CONF string (`""` = default).
     pub alloc_conf: String,
+    /// Whose rules the row followed (`2.7`, `2.15`).
+    pub torch_version: String,
     /// Peak reserved bytes.
     pub peak_reserved_bytes: u64,
     /// The recorded event of the reserved peak (with the most bytes allocated).
@@ -319,6 +403,7 @@ impl JsonSweepRow {
         JsonSweepRow {
             config: config_label(&o.config).to_string(),
             alloc_conf: o.config.clone(),
+            torch_version: o.rules.version.to_string(),
             peak_reserved_bytes: o.peak_reserved,
             peak_event_index: o.peak_event_index,
             peak_allocated_bytes: o.peak_allocated,
@@ -341,6 +426,9 @@ impl JsonReport {
             events: main.events,
             config: config_label(&main.config).to_string(),
             alloc_conf: main.config.clone(),
+            torch_version: main.rules.version.to_string(),
+            torch_version_detected: false,
+            parity_by_version: None,
             parity: main.parity.as_ref().map(JsonParity::from),
             peak_reserved_bytes: main.peak_reserved,
             peak_event_index: main.peak_event_index,

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use c10_cuda::config::AllocatorConfig;
+use c10_cuda::{Rules, TorchVersion};
 use serde_json::Value as Json;
 
 use crate::error::Error;
@@ -13,6 +14,7 @@ use crate::replay::{Outcome, ReplayOptions, replay};
 use crate::report::{self, JsonReport};
 use crate::size::parse_size;
 use crate::top_sites::{self, Grouping, Site};
+use crate::versions::{VersionParity, detect};
 use crate::{state, sweep};
 
 /// Simulated device memory when none is given: 1 TiB, more than any recording needs.
@@ -41,6 +43,10 @@ pub struct ReplayRequest {
     pub keep_history: bool,
     /// An HTML report will be written (it needs a history).
     pub html: bool,
+    /// `--torch-version`: follow this PyTorch version's rules (`2.7`, `2.15`). Without it, a
+    /// parity replay tries every supported version and keeps the one that reproduces the
+    /// recording; what-if replays follow the detected version, or the newest.
+    pub torch_version: Option<String>,
 }
 
 /// The call sites of a replay.
@@ -65,12 +71,43 @@ pub struct Replayed {
     pub capacity: usize,
     /// The configuration of the main replay.
     pub config: AllocatorConfig,
+    /// The PyTorch version whose rules the main replay and the sweep followed.
+    pub torch: TorchVersion,
+    /// Without `--torch-version`, in parity mode: every version's parity replay (oldest first),
+    /// the main one being the version chosen.
+    pub by_version: Option<Vec<VersionScore>>,
     /// The main replay (parity, or from empty).
     pub main: Outcome,
     /// The sweep's replays (empty without `--sweep`).
     pub sweep: Vec<Outcome>,
     /// With `--top`.
     pub top: Option<TopSites>,
+}
+
+/// One version's parity figures when the version was detected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VersionScore {
+    /// The version.
+    pub version: TorchVersion,
+    /// `(alloc_address_match, alloc_total, segment_decision_match, segment_decision_total)`,
+    /// or `None` when the version rejects the configuration.
+    pub parity: Option<(usize, usize, usize, usize)>,
+}
+
+impl VersionScore {
+    fn of(r: &VersionParity) -> Self {
+        VersionScore {
+            version: r.version,
+            parity: r.outcome.as_ref().and_then(|o| o.parity.as_ref()).map(|p| {
+                (
+                    p.alloc_address_match,
+                    p.alloc_total,
+                    p.segment_decision_match,
+                    p.segment_decision_total,
+                )
+            }),
+        }
+    }
 }
 
 /// A state-only snapshot's summary.
@@ -111,10 +148,34 @@ pub fn device_memory(arg: Option<&str>) -> Result<usize, Error> {
 /// # Errors
 /// [`Error::Option`] naming `--alloc-conf` and the problem.
 pub fn alloc_conf(arg: Option<&str>, snap: &Snapshot) -> Result<AllocatorConfig, Error> {
+    alloc_conf_for(arg, snap, TorchVersion::NEWEST)
+}
+
+/// [`alloc_conf`] as `version`'s allocator reads the string (see
+/// [`AllocatorConfig::parse_for`]).
+///
+/// # Errors
+/// [`Error::Option`] naming `--alloc-conf` and the problem.
+pub fn alloc_conf_for(
+    arg: Option<&str>,
+    snap: &Snapshot,
+    version: TorchVersion,
+) -> Result<AllocatorConfig, Error> {
     match arg {
-        Some(s) => s.parse().map_err(|e| Error::option("--alloc-conf", e)),
+        Some(s) => {
+            AllocatorConfig::parse_for(s, version).map_err(|e| Error::option("--alloc-conf", e))
+        }
         None => Ok(snap.config()),
     }
+}
+
+/// Parses `--torch-version`.
+///
+/// # Errors
+/// [`Error::Option`] naming `--torch-version` and the versions supported.
+pub fn torch_version(arg: Option<&str>) -> Result<Option<TorchVersion>, Error> {
+    arg.map(|s| s.parse().map_err(|e| Error::option("--torch-version", e)))
+        .transpose()
 }
 
 /// The device whose history to replay: `--device`, else the longest history; `None` for a
@@ -146,7 +207,10 @@ pub fn run(
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<ReplayReport, Error> {
     let capacity = device_memory(req.device_memory.as_deref())?;
-    let config = alloc_conf(req.alloc_conf.as_deref(), snap)?;
+    let given = torch_version(req.torch_version.as_deref())?;
+    let conf_arg = req.alloc_conf.as_deref();
+    // Checked up front with the CLI's message (under the version given, or the newest).
+    let config = alloc_conf_for(conf_arg, snap, given.unwrap_or(TorchVersion::NEWEST))?;
     if req.top == Some(0) {
         return Err(Error::option("--top", "expected at least 1 call site"));
     }
@@ -182,17 +246,46 @@ pub fn run(
             top,
         })));
     };
-    let label = if req.from_empty {
-        "replay (from empty)"
-    } else {
-        "replay (parity)"
-    };
     let opts = ReplayOptions {
         series: req.series,
         keep_history: req.keep_history,
         ..ReplayOptions::new(config.clone(), capacity, req.from_empty)
     };
-    let main = replay(snap, device, &opts, &mut |d, t| progress(label, d, t))?;
+    let (main, by_version) = match (req.from_empty, given) {
+        (true, v) => {
+            let rules = Rules::new(v.unwrap_or(TorchVersion::NEWEST));
+            let opts = ReplayOptions { rules, ..opts };
+            let main = replay(snap, device, &opts, &mut |d, t| {
+                progress("replay (from empty)", d, t)
+            })?;
+            (main, None)
+        }
+        (false, Some(v)) => {
+            // Parity: PyTorch's behaviour exactly, bugs included.
+            let opts = ReplayOptions {
+                rules: Rules::pytorch_exact(v),
+                ..opts
+            };
+            let main = replay(snap, device, &opts, &mut |d, t| {
+                progress("replay (parity)", d, t)
+            })?;
+            (main, None)
+        }
+        (false, None) => {
+            let conf = |v: TorchVersion| alloc_conf_for(conf_arg, snap, v).ok();
+            let (mut runs, best) = detect(snap, device, &opts, &conf, &mut |v, d, t| {
+                progress(&format!("replay (parity, torch {v} rules)"), d, t)
+            })?;
+            let scores = runs.iter().map(VersionScore::of).collect();
+            let main = runs[best]
+                .outcome
+                .take()
+                .expect("the best version replayed");
+            (main, Some(scores))
+        }
+    };
+    let torch = main.rules.version;
+    let config = alloc_conf_for(conf_arg, snap, torch)?;
     let sweep_rows = if req.sweep {
         let configs = sweep::standard_configs();
         let n = configs.len();
@@ -202,6 +295,7 @@ pub fn run(
             &configs,
             capacity,
             req.series,
+            Rules::new(torch),
             &mut |k, d, t| progress("sweep", k * t + d, n * t),
         )?
     } else {
@@ -230,6 +324,8 @@ pub fn run(
         device,
         capacity,
         config,
+        torch,
+        by_version,
         main,
         sweep: sweep_rows,
         top,
@@ -258,6 +354,11 @@ impl ReplayReport {
             }
             ReplayReport::Replayed(r) => {
                 let mut doc = JsonReport::new(&r.file, r.device, &r.main, &r.sweep);
+                if let Some(scores) = &r.by_version {
+                    doc.torch_version_detected = true;
+                    doc.parity_by_version =
+                        Some(scores.iter().map(report::JsonVersionParity::from).collect());
+                }
                 if let Some(top) = &r.top {
                     doc.top_sites = Some(top.at_peak.clone());
                     doc.top_sites_at_end = Some(top.at_end.clone());
@@ -294,6 +395,7 @@ impl ReplayReport {
                 out.push_str(&report::describe_file(&r.file, snap, Some(r.device)));
                 if main.parity.is_some() {
                     out.push_str(&report::parity_text(main));
+                    out.push_str(&report::version_text(r.torch, r.by_version.as_deref()));
                 } else if r.sweep.is_empty() {
                     out.push_str(&report::sweep_table(std::slice::from_ref(main), r.capacity));
                 }

@@ -1,6 +1,7 @@
 //! What-if sweeps: the same alloc/free sequence from an empty allocator under several
 //! configurations.
 
+use c10_cuda::Rules;
 use c10_cuda::config::AllocatorConfig;
 
 use crate::model::Snapshot;
@@ -15,8 +16,8 @@ pub const STANDARD_CONFIGS: [&str; 4] = [
     "expandable_segments:True",
 ];
 
-/// Replays `device`'s alloc/free sequence from empty under each configuration in `configs`.
-/// `progress(config index, done, total)` reports progress.
+/// Replays `device`'s alloc/free sequence from empty under each configuration in `configs`,
+/// following `rules`. `progress(config index, done, total)` reports progress.
 ///
 /// # Errors
 /// The first [`ReplayError`].
@@ -26,6 +27,7 @@ pub fn sweep(
     configs: &[AllocatorConfig],
     capacity: usize,
     series: bool,
+    rules: Rules,
     progress: &mut dyn FnMut(usize, usize, usize),
 ) -> Result<Vec<Outcome>, ReplayError> {
     configs
@@ -34,6 +36,7 @@ pub fn sweep(
         .map(|(k, config)| {
             let opts = ReplayOptions {
                 series,
+                rules,
                 ..ReplayOptions::new(config.clone(), capacity, true)
             };
             replay(snapshot, device, &opts, &mut |d, t| progress(k, d, t))

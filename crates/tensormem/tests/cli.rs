@@ -16,7 +16,7 @@ use common::{
 use rstest::rstest;
 use serde_json::Value as Json;
 use tensormem::load::load_path;
-use tensormem::replay::{ReplayOptions, replay};
+use tensormem::replay::ReplayOptions;
 use tensormem_pickle::Value;
 
 // ---------------------------------------------------------------------------------------------
@@ -443,8 +443,9 @@ fn small_snapshot_from_empty_sweep_report() {
 // ---------------------------------------------------------------------------------------------
 // `--json`.
 
-/// The 122 keys of `torch.cuda.memory_stats()`.
-fn memory_stats_keys() -> BTreeSet<String> {
+/// The keys of `torch.cuda.memory_stats()`: torch 2.7's 122, and with `newest` torch 2.15's
+/// `num_oom_rejections`.
+fn memory_stats_keys(newest: bool) -> BTreeSet<String> {
     let mut keys = BTreeSet::new();
     let fields = ["current", "peak", "allocated", "freed"];
     for array in [
@@ -478,6 +479,9 @@ fn memory_stats_keys() -> BTreeSet<String> {
         "num_device_free",
     ] {
         keys.insert(scalar.to_string());
+    }
+    if newest {
+        keys.insert("num_oom_rejections".to_string());
     }
     keys
 }
@@ -532,6 +536,9 @@ fn assert_report_schema(doc: &Json) {
             ("events", U64, false),
             ("config", Str, false),
             ("alloc_conf", Str, false),
+            ("torch_version", Str, false),
+            ("torch_version_detected", Bool, false),
+            ("parity_by_version", Array, true),
             ("parity", Object, true),
             ("peak_reserved_bytes", U64, false),
             ("peak_event_index", U64, false),
@@ -549,6 +556,25 @@ fn assert_report_schema(doc: &Json) {
         ],
         "report",
     );
+    for (i, row) in doc["parity_by_version"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        assert_schema(
+            row,
+            &[
+                ("torch_version", Str, false),
+                ("alloc_address_match", U64, true),
+                ("alloc_total", U64, true),
+                ("segment_decision_match", U64, true),
+                ("segment_decision_total", U64, true),
+            ],
+            &format!("parity_by_version[{i}]"),
+        );
+    }
+    assert!(["2.7", "2.15"].contains(&doc["torch_version"].as_str().unwrap()));
     if !doc["parity"].is_null() {
         assert_schema(
             &doc["parity"],
@@ -568,6 +594,7 @@ fn assert_report_schema(doc: &Json) {
             &[
                 ("config", Str, false),
                 ("alloc_conf", Str, false),
+                ("torch_version", Str, false),
                 ("peak_reserved_bytes", U64, false),
                 ("peak_event_index", U64, false),
                 ("peak_allocated_bytes", U64, false),
@@ -580,14 +607,14 @@ fn assert_report_schema(doc: &Json) {
             &format!("sweep[{i}]"),
         );
     }
-    assert_memory_stats(&doc["memory_stats"]);
+    assert_memory_stats(&doc["memory_stats"], doc["torch_version"] == "2.15");
 }
 
-fn assert_memory_stats(stats: &Json) {
+fn assert_memory_stats(stats: &Json, newest: bool) {
     let map = stats.as_object().expect("memory_stats is an object");
     let keys: BTreeSet<String> = map.keys().cloned().collect();
-    assert_eq!(keys.len(), 122);
-    assert_eq!(keys, memory_stats_keys());
+    assert_eq!(keys.len(), if newest { 123 } else { 122 });
+    assert_eq!(keys, memory_stats_keys(newest));
     for (k, v) in map {
         assert!(v.is_i64(), "memory_stats.{k}: an integer, found {v}");
     }
@@ -627,6 +654,71 @@ fn json_parity_report_schema_and_values() {
         stats["allocated_bytes.all.current"],
         1024 + 4096 + (8 << 20)
     );
+}
+
+/// `--torch-version`: the given rules are used and named, no detection runs; without it a
+/// parity replay detects (the synthetic history has no tie, so both versions reproduce it and
+/// the newest is used); what-if replays use the newest. A bad version is one error line.
+#[test]
+fn torch_version_option() {
+    let dir = synthetic_dir();
+    let json = |args: &[&str]| json_of(&success(&tensormem(dir.path(), args)));
+    let detected = json(&["replay", "synthetic.pickle", "--json"]);
+    assert_eq!(detected["torch_version"], "2.15");
+    assert_eq!(detected["torch_version_detected"], true);
+    let rows = detected["parity_by_version"].as_array().expect("a list");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (&rows[0]["torch_version"], &rows[1]["torch_version"]),
+        (&Json::from("2.7"), &Json::from("2.15"))
+    );
+    for row in rows {
+        assert_eq!(row["alloc_address_match"], SYNTH_ALLOCS);
+    }
+    let given = json(&[
+        "replay",
+        "synthetic.pickle",
+        "--json",
+        "--torch-version",
+        "2.7.1",
+    ]);
+    assert_eq!(given["torch_version"], "2.7");
+    assert_eq!(given["torch_version_detected"], false);
+    assert!(given["parity_by_version"].is_null());
+    assert_memory_stats(&given["memory_stats"], false);
+    let what_if = json(&[
+        "replay",
+        "synthetic.pickle",
+        "--json",
+        "--from-empty",
+        "--sweep",
+    ]);
+    assert_eq!(what_if["torch_version"], "2.15");
+    assert_eq!(what_if["torch_version_detected"], false);
+    for row in what_if["sweep"].as_array().expect("rows") {
+        assert_eq!(row["torch_version"], "2.15");
+    }
+    let text = success(&tensormem(
+        dir.path(),
+        &["replay", "synthetic.pickle", "--torch-version", "2.7"],
+    ));
+    assert!(
+        text.contains("Parity with PyTorch (torch 2.7 rules"),
+        "{text}"
+    );
+    assert!(text.contains("torch version:                    2.7 rules (--torch-version)"));
+    let out = tensormem(
+        dir.path(),
+        &["replay", "synthetic.pickle", "--torch-version", "2.8"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("tensormem: error: --torch-version:"),
+        "{err}"
+    );
+    assert!(err.contains("expected one of 2.7, 2.15"), "{err}");
 }
 
 #[test]
@@ -709,7 +801,8 @@ fn json_state_only_schema() {
     assert_eq!(doc["state_only"], true);
     assert_eq!(doc["segments"], 3);
     assert_eq!(doc["reserved_bytes"], SYNTH_PEAK_RESERVED);
-    assert_memory_stats(&doc["memory_stats"]);
+    // A state-only dump is counted under the newest rules.
+    assert_memory_stats(&doc["memory_stats"], true);
     assert_eq!(
         doc["memory_stats"]["reserved_bytes.all.current"],
         SYNTH_PEAK_RESERVED
@@ -819,6 +912,7 @@ fn demo_sweep_invariants_in_bytes() {
         &standard_configs(),
         24 << 30,
         false,
+        c10_cuda::Rules::default(),
         &mut |_, _, _| {},
     )
     .expect("the demo sweep runs");
@@ -949,15 +1043,18 @@ fn check_dump(dir: &Path, file: &str, extra: &[&str]) {
             .and_then(Value::as_str),
         Some("snapshot")
     );
-    // Our dump replays back through our loader with full parity.
+    // Our dump replays back through our loader with full parity, under the rules of the
+    // version detected for the recording (the dump holds our decisions under them).
     let snap = load_path(&dump).expect("the dump loads");
-    let o = replay(
+    let (mut runs, best) = tensormem::versions::detect(
         &snap,
         0,
         &ReplayOptions::new(snap.config(), 1 << 40, false),
-        &mut |_, _| {},
+        &|_| Some(snap.config()),
+        &mut |_, _, _| {},
     )
     .expect("the dump replays");
+    let o = runs[best].outcome.take().expect("replayed");
     let p = o.parity.expect("parity mode");
     assert_eq!(p.alloc_total, allocs);
     assert_eq!(

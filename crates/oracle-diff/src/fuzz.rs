@@ -1,0 +1,253 @@
+//! A campaign: many generated scripts, each run by the oracle and by us on every core, counted
+//! as agreeing, deliberately different (per fix) or diverging; diverging ones are shrunk.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use c10_cuda::rules::TorchVersion;
+
+use crate::check::{Outcome, classify};
+use crate::compare::Divergence;
+use crate::generate::{self, Shape};
+use crate::oracle::{Oracle, OracleError};
+use crate::script::Script;
+use crate::shrink::shrink;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Campaign {
+    /// The version whose oracle and rules are compared.
+    pub version: TorchVersion,
+    /// Number of scripts.
+    pub cases: u64,
+    /// The first case's index (to split a campaign, or resume one).
+    pub first_case: u64,
+    /// Seed of the generator.
+    pub seed: u64,
+    /// Worker threads (each runs one oracle process at a time).
+    pub jobs: usize,
+    /// Ops per script.
+    pub shape: Shape,
+    /// How many diverging scripts to shrink and print (the rest are only counted).
+    pub shrink_at_most: usize,
+    /// Candidates tried per shrink.
+    pub shrink_budget: usize,
+    /// Progress lines on stderr (every ten seconds).
+    pub progress: bool,
+}
+
+/// A diverging script, as found and shrunk.
+#[derive(Clone, Debug)]
+pub struct Found {
+    /// The case index.
+    pub case: u64,
+    /// The first divergence of the generated script.
+    pub divergence: Divergence,
+    /// The smallest script that still diverges.
+    pub shrunk: Script,
+    /// Its divergence.
+    pub shrunk_divergence: Divergence,
+}
+
+/// The counts of a campaign.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Scripts run.
+    pub cases: u64,
+    /// Ops in them.
+    pub ops: u64,
+    /// Scripts on which every compared decision agreed.
+    pub agreeing: u64,
+    /// Scripts that differ only by our deliberate fixes, per fix name.
+    pub deliberate: BTreeMap<&'static str, u64>,
+    /// Scripts that differ only by our deliberate fixes (each counted once).
+    pub deliberate_cases: u64,
+    /// Scripts that diverge.
+    pub diverging: u64,
+    /// Scripts the oracle could not run, with the first message.
+    pub oracle_failures: u64,
+    /// The first oracle failure's message.
+    pub first_oracle_failure: Option<String>,
+    /// The diverging scripts shrunk and kept.
+    pub found: Vec<Found>,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl Report {
+    /// The summary line: cases, ops, agreeing, deliberate differences (per fix), divergences,
+    /// time and rate.
+    pub fn summary(&self, version: TorchVersion) -> String {
+        let per_fix: Vec<String> = self
+            .deliberate
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        format!(
+            "oracle torch {}: {} cases, {} ops, {} agreeing, {} deliberate differences{}, {} \
+             divergences, {} oracle failures; {:.0} s ({:.1} cases/s)",
+            version.checked_release(),
+            self.cases,
+            self.ops,
+            self.agreeing,
+            self.deliberate_cases,
+            if per_fix.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", per_fix.join(", "))
+            },
+            self.diverging,
+            self.oracle_failures,
+            secs,
+            self.cases as f64 / secs
+        )
+    }
+}
+
+/// Checks one script against a running oracle: `Ok(None)` when the oracle and we both refuse
+/// it (a configuration neither accepts).
+///
+/// # Errors
+/// [`OracleError`] when the oracle fails on a script our side runs, or cannot run at all.
+pub fn check_script(oracle: &Oracle, script: &Script) -> Result<Option<Outcome>, OracleError> {
+    let theirs = match oracle.run(script) {
+        Ok(t) => t,
+        Err(OracleError::Failed { status, stderr }) => {
+            // A configuration the allocator rejects: ours must reject it too.
+            return match crate::driver::run(script, c10_cuda::Rules::new(oracle.version)) {
+                Err(_) => Ok(None),
+                Ok(_) => Ok(Some(Outcome::Diverge(Divergence {
+                    step: 0,
+                    what: "the oracle refused the script".into(),
+                    theirs: format!("exited with {status}: {stderr}"),
+                    ours: "ran".into(),
+                }))),
+            };
+        }
+        Err(e) => return Err(e),
+    };
+    match classify(script, &theirs, oracle.version) {
+        Ok(o) => Ok(Some(o)),
+        Err(e) => Ok(Some(Outcome::Diverge(Divergence {
+            step: 0,
+            what: "our driver refused the script".into(),
+            theirs: "ran".into(),
+            ours: e.to_string(),
+        }))),
+    }
+}
+
+/// Shrinks a diverging script: the smallest one whose first divergence is of the same kind.
+pub fn shrink_divergence(
+    oracle: &Oracle,
+    script: &Script,
+    divergence: &Divergence,
+    budget: usize,
+) -> (Script, Divergence) {
+    let kind = divergence.what.split(':').next().unwrap_or("").to_owned();
+    let diverges = |s: &Script| match check_script(oracle, s) {
+        Ok(Some(Outcome::Diverge(d))) => Some(d),
+        _ => None,
+    };
+    let (small, _) = shrink(script, budget, |s| {
+        diverges(s).is_some_and(|d| d.what.split(':').next() == Some(kind.as_str()))
+    });
+    let d = diverges(&small).unwrap_or_else(|| divergence.clone());
+    (small, d)
+}
+
+/// Runs a campaign.
+///
+/// # Errors
+/// [`OracleError::Missing`] when the oracle is not set up.
+pub fn run(c: &Campaign) -> Result<Report, OracleError> {
+    let oracle = Oracle::find(c.version)?;
+    let start = Instant::now();
+    let next = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let report = Mutex::new(Report::default());
+    let diverging: Mutex<Vec<(u64, Script, Divergence)>> = Mutex::new(Vec::new());
+    let done = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..c.jobs.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= c.cases || stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let case = c.first_case + k;
+                    let script = generate::script(c.seed, case, c.version, c.shape);
+                    let outcome = check_script(&oracle, &script);
+                    let mut r = report.lock().expect("report lock");
+                    r.cases += 1;
+                    r.ops += script.ops.len() as u64;
+                    match outcome {
+                        Ok(Some(Outcome::Agree)) | Ok(None) => r.agreeing += 1,
+                        Ok(Some(Outcome::Deliberate(names))) => {
+                            r.deliberate_cases += 1;
+                            for n in names {
+                                *r.deliberate.entry(n).or_default() += 1;
+                            }
+                        }
+                        Ok(Some(Outcome::Diverge(d))) => {
+                            r.diverging += 1;
+                            let mut list = diverging.lock().expect("divergence lock");
+                            if list.len() < c.shrink_at_most {
+                                list.push((case, script, d));
+                            }
+                        }
+                        Err(OracleError::Missing { .. }) => stop.store(true, Ordering::Relaxed),
+                        Err(e) => {
+                            r.oracle_failures += 1;
+                            if r.first_oracle_failure.is_none() {
+                                r.first_oracle_failure = Some(format!("case {case}: {e}"));
+                            }
+                        }
+                    }
+                    drop(r);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        if c.progress {
+            scope.spawn(|| {
+                let mut last = Instant::now();
+                while done.load(Ordering::Relaxed) < c.cases && !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    if last.elapsed() >= Duration::from_secs(10) {
+                        last = Instant::now();
+                        let r = report.lock().expect("report lock");
+                        let secs = start.elapsed().as_secs_f64();
+                        eprintln!(
+                            "  {}/{} cases, {} agreeing, {} deliberate, {} diverging ({:.1} cases/s)",
+                            r.cases,
+                            c.cases,
+                            r.agreeing,
+                            r.deliberate_cases,
+                            r.diverging,
+                            r.cases as f64 / secs
+                        );
+                        let _ = std::io::stderr().flush();
+                    }
+                }
+            });
+        }
+    });
+    let mut r = report.into_inner().expect("report lock");
+    for (case, script, d) in diverging.into_inner().expect("divergence lock") {
+        let (shrunk, shrunk_divergence) = shrink_divergence(&oracle, &script, &d, c.shrink_budget);
+        r.found.push(Found {
+            case,
+            divergence: d,
+            shrunk,
+            shrunk_divergence,
+        });
+    }
+    r.elapsed = start.elapsed();
+    Ok(r)
+}

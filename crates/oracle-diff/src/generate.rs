@@ -1,0 +1,279 @@
+//! Random op scripts that reach every path of the allocator.
+//!
+//! Each script draws a device capacity (128 MiB to 80 GiB: small ones force every OOM and
+//! retry path), an allocator configuration (any mix of `expandable_segments`,
+//! `max_split_size_mb`, `max_non_split_rounding_mb`, `roundup_power2_divisions` in both forms,
+//! `garbage_collection_threshold` with a memory fraction, and under torch 2.15
+//! `per_process_memory_fraction`), top-down addresses or not (which tells the tie-breaking
+//! rules apart), up to four streams, and a size palette (equal sizes make ties). Ops are
+//! allocations of 0 B to more than the device (small pool, large pool, oversize), frees,
+//! `record` on other streams, `sync` of one stream or all, `empty_cache`, `set_fraction`, stat
+//! resets, `stats` and `snapshot`.
+//!
+//! The same `(seed, case, version)` always gives the same script. Private pools and OOM
+//! observers (issue 16) would be new [`crate::script::Op`] variants drawn in `ops` (this file).
+
+use c10_cuda::rules::TorchVersion;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::script::{Op, Script};
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// The shape of the scripts a campaign draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Fewest ops per script.
+    pub min_ops: usize,
+    /// Most ops per script.
+    pub max_ops: usize,
+}
+
+impl Default for Shape {
+    /// 200 to 400 ops.
+    fn default() -> Self {
+        Shape {
+            min_ops: 200,
+            max_ops: 400,
+        }
+    }
+}
+
+/// The script of case `case` of a campaign with `seed`, for `version` (2.7 scripts never use
+/// the `per_process_memory_fraction` key, which torch 2.7 rejects).
+pub fn script(seed: u64, case: u64, version: TorchVersion, shape: Shape) -> Script {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ case.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let total = *pick(
+        &mut rng,
+        &[
+            128 * MIB,
+            256 * MIB,
+            512 * MIB,
+            GIB,
+            2 * GIB,
+            4 * GIB,
+            8 * GIB,
+            16 * GIB,
+            80 * GIB,
+        ],
+    );
+    let mut env = Vec::new();
+    let (conf, gc) = config(&mut rng, version);
+    if !conf.is_empty() {
+        env.push(("PYTORCH_CUDA_ALLOC_CONF".to_owned(), conf));
+    }
+    env.push(("FAKECUDA_TOTAL_MEM".to_owned(), total.to_string()));
+    if rng.random_bool(0.35) {
+        env.push(("FAKECUDA_TOPDOWN".to_owned(), "1".to_owned()));
+    }
+    let n = rng.random_range(shape.min_ops..=shape.max_ops);
+    let mut ops = Vec::with_capacity(n + 1);
+    if gc && rng.random_bool(0.8) {
+        // garbage_collection_threshold only acts with a memory fraction.
+        ops.push(Op::SetFraction(fraction(&mut rng)));
+    }
+    ops.extend(self::ops(&mut rng, n, total));
+    Script { env, ops }
+}
+
+fn pick<'a, T>(rng: &mut ChaCha8Rng, xs: &'a [T]) -> &'a T {
+    &xs[rng.random_range(0..xs.len())]
+}
+
+fn fraction(rng: &mut ChaCha8Rng) -> f64 {
+    f64::from(rng.random_range(5u32..=100)) / 100.0
+}
+
+/// A configuration string and whether it sets `garbage_collection_threshold`.
+fn config(rng: &mut ChaCha8Rng, version: TorchVersion) -> (String, bool) {
+    let mut items = Vec::new();
+    if rng.random_bool(0.3) {
+        let mb = if rng.random_bool(0.5) {
+            rng.random_range(20..=200)
+        } else {
+            *pick(rng, &[20, 32, 64, 128, 256, 512, 1024, 4096])
+        };
+        items.push(format!("max_split_size_mb:{mb}"));
+    }
+    if rng.random_bool(0.15) {
+        items.push(format!(
+            "max_non_split_rounding_mb:{}",
+            rng.random_range(20..=300)
+        ));
+    }
+    if rng.random_bool(0.25) {
+        let divs = [0u32, 1, 2, 4, 8, 16];
+        if rng.random_bool(0.5) {
+            items.push(format!(
+                "roundup_power2_divisions:{}",
+                pick(rng, &[1, 2, 4, 8, 16, 32])
+            ));
+        } else {
+            let mut keys: Vec<u32> = (0..rng.random_range(1..=4))
+                .map(|_| 1u32 << rng.random_range(0..=13))
+                .collect();
+            keys.sort_unstable();
+            keys.dedup();
+            let mut parts: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{k}:{}", pick(rng, &divs)))
+                .collect();
+            if rng.random_bool(0.6) {
+                parts.push(format!(">:{}", pick(rng, &divs)));
+            }
+            items.push(format!("roundup_power2_divisions:[{}]", parts.join(",")));
+        }
+    }
+    let gc = rng.random_bool(0.2);
+    if gc {
+        items.push(format!(
+            "garbage_collection_threshold:{}",
+            f64::from(rng.random_range(1u32..=99)) / 100.0
+        ));
+    }
+    if rng.random_bool(0.3) {
+        items.push("expandable_segments:True".into());
+    } else if rng.random_bool(0.05) {
+        items.push("expandable_segments:False".into());
+    }
+    if version.accepts_memory_fraction_key() && rng.random_bool(0.1) {
+        items.push(format!("per_process_memory_fraction:{}", fraction(rng)));
+    }
+    (items.join(","), gc)
+}
+
+/// A request size: tiny, small-pool, mid (1 to 10 MiB: 20 MiB segments), large, or huge
+/// (oversize, up to more than the device).
+fn size(rng: &mut ChaCha8Rng, total: u64, palette: &[u64]) -> u64 {
+    if !palette.is_empty() && rng.random_bool(0.4) {
+        return *pick(rng, palette);
+    }
+    let log_uniform = |rng: &mut ChaCha8Rng, lo: u64, hi: u64| {
+        let (a, b) = ((lo.max(1) as f64).ln(), (hi.max(lo + 1) as f64).ln());
+        rng.random_range(a..b).exp() as u64
+    };
+    let s = match rng.random_range(0..100) {
+        0 => 0,
+        1..=5 => rng.random_range(1..=4 * KIB),
+        6..=40 => log_uniform(rng, 512, MIB + 1),
+        41..=62 => log_uniform(rng, MIB, 10 * MIB),
+        63..=90 => log_uniform(rng, 10 * MIB, (total / 6).max(11 * MIB)),
+        _ => log_uniform(rng, (total / 6).max(11 * MIB), total + total / 4),
+    };
+    // Round numbers are common in real programs and sit on the rules' boundaries.
+    match rng.random_range(0..10) {
+        0 => s.div_ceil(512) * 512,
+        1 => s.div_ceil(MIB) * MIB,
+        2 => s.div_ceil(2 * MIB) * (2 * MIB),
+        _ => s,
+    }
+}
+
+/// `n` ops on a device of `total` bytes.
+fn ops(rng: &mut ChaCha8Rng, n: usize, total: u64) -> Vec<Op> {
+    let streams: u32 = *pick(rng, &[0, 1, 1, 2, 2, 3]);
+    let palette: Vec<u64> = (0..rng.random_range(0..=6))
+        .map(|_| size(rng, total, &[]))
+        .collect();
+    let target_live = rng.random_range(4..=60usize);
+    let mut live: Vec<(String, u32)> = Vec::new();
+    let mut next_id = 0u64;
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let roll = rng.random_range(0..1000);
+        let want_alloc = live.is_empty() || (live.len() < target_live && roll < 520);
+        let op = if want_alloc || roll < 430 {
+            let id = next_id.to_string();
+            next_id += 1;
+            let stream = if streams > 0 && rng.random_bool(0.4) {
+                rng.random_range(1..=streams)
+            } else {
+                0
+            };
+            live.push((id.clone(), stream));
+            Op::Alloc {
+                id,
+                size: size(rng, total, &palette),
+                stream,
+            }
+        } else if roll < 860 {
+            // Free: mostly a recent allocation, sometimes an old one.
+            let k = if rng.random_bool(0.5) {
+                live.len() - 1 - rng.random_range(0..live.len().min(4))
+            } else {
+                rng.random_range(0..live.len())
+            };
+            let (id, _) = live.swap_remove(k);
+            Op::Free { id }
+        } else if roll < 920 {
+            if streams == 0 {
+                continue;
+            }
+            let (id, own) = &live[rng.random_range(0..live.len())];
+            let mut stream = rng.random_range(0..=streams);
+            if stream == *own && rng.random_bool(0.7) {
+                stream = (stream + 1) % (streams + 1);
+            }
+            Op::Record {
+                id: id.clone(),
+                stream,
+            }
+        } else if roll < 965 {
+            if streams == 0 && rng.random_bool(0.7) {
+                continue;
+            }
+            if rng.random_bool(0.25) {
+                Op::Sync { stream: None }
+            } else {
+                Op::Sync {
+                    stream: Some(rng.random_range(0..=streams)),
+                }
+            }
+        } else if roll < 978 {
+            Op::EmptyCache
+        } else if roll < 983 {
+            Op::SetFraction(fraction(rng))
+        } else if roll < 987 {
+            Op::ResetPeak
+        } else if roll < 990 {
+            Op::ResetAccumulated
+        } else if roll < 994 {
+            Op::Stats
+        } else {
+            Op::Snapshot
+        };
+        out.push(op);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_are_reproducible_and_shaped() {
+        let shape = Shape::default();
+        for case in 0..50 {
+            let a = script(7, case, TorchVersion::V2_15, shape);
+            let b = script(7, case, TorchVersion::V2_15, shape);
+            assert_eq!(a, b);
+            assert!((200..=401).contains(&a.ops.len()), "{}", a.ops.len());
+            let text = a.to_string();
+            assert_eq!(Script::parse(&text).unwrap(), a);
+            let old = script(7, case, TorchVersion::V2_7, shape);
+            assert!(
+                !old.env_value("PYTORCH_CUDA_ALLOC_CONF")
+                    .unwrap_or("")
+                    .contains("per_process_memory_fraction")
+            );
+        }
+        assert_ne!(
+            script(7, 0, TorchVersion::V2_15, shape),
+            script(8, 0, TorchVersion::V2_15, shape)
+        );
+    }
+}

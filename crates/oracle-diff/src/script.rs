@@ -1,0 +1,349 @@
+//! Op scripts in torch-oracle's format: the model, the parser and the printer.
+//!
+//! One op per line, `#` starts a comment, `env NAME=VALUE` lines before the first op (see
+//! `../shared/torch-oracle/README.md`). This is the subset without private pools and OOM
+//! observers (`pool_*`, `observe`: issue 16); [`Op`] is an enum so those can be added as
+//! variants, and the parser names them as not supported yet.
+
+use std::fmt;
+
+/// One op of a script.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// `alloc ID SIZE [STREAM]`: `raw_alloc_with_stream(SIZE, stream)`.
+    Alloc {
+        /// The script's name for the allocation.
+        id: String,
+        /// Bytes requested.
+        size: u64,
+        /// Stream number (0: the default stream).
+        stream: u32,
+    },
+    /// `free ID`: `raw_delete`.
+    Free {
+        /// The allocation to free.
+        id: String,
+    },
+    /// `record ID STREAM`: `recordStream` on the block.
+    Record {
+        /// The allocation.
+        id: String,
+        /// The stream that used it.
+        stream: u32,
+    },
+    /// `sync [STREAM|all]`: that stream's work (every stream's, for `None`) is done.
+    Sync {
+        /// The stream, or `None` for all.
+        stream: Option<u32>,
+    },
+    /// `empty_cache`: `emptyCache()`.
+    EmptyCache,
+    /// `set_fraction F`: `setMemoryFraction(F, 0)`.
+    SetFraction(f64),
+    /// `reset_peak`: `resetPeakStats(0)`.
+    ResetPeak,
+    /// `reset_accumulated`: `resetAccumulatedStats(0)`.
+    ResetAccumulated,
+    /// `stats`: print the device stats.
+    Stats,
+    /// `snapshot`: print the segments and blocks.
+    Snapshot,
+    /// `mark TEXT`: print TEXT.
+    Mark(String),
+}
+
+/// A whole script: its `env` lines and its ops.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Script {
+    /// `env NAME=VALUE` lines, in order (`PYTORCH_CUDA_ALLOC_CONF`, `FAKECUDA_*`).
+    pub env: Vec<(String, String)>,
+    /// The ops, in order.
+    pub ops: Vec<Op>,
+}
+
+/// A script line that cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct ParseError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Parses a size in bytes with an optional binary suffix (`K`/`KiB`, `M`/`MiB`, `G`/`GiB`,
+/// `T`/`TiB`, `B`), as the oracle does. `None` when it is not a size.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let n: u64 = s[..digits].parse().ok()?;
+    let mult = match &s[digits..] {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "T" | "TiB" => 1 << 40,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+fn parse_stream(s: &str, line: usize) -> Result<u32, ParseError> {
+    match s.parse::<u32>() {
+        Ok(v) if v <= 1000 => Ok(v),
+        _ => Err(ParseError {
+            line,
+            message: format!("bad stream number '{s}' (0 = default, 1..1000)"),
+        }),
+    }
+}
+
+impl Script {
+    /// Parses a script.
+    ///
+    /// # Errors
+    /// [`ParseError`] naming the line: an unknown op, a wrong number of arguments, a bad size,
+    /// stream or fraction, an `env` line after the first op, or an op of the oracle's that is
+    /// not supported here yet (private pools, observers).
+    pub fn parse(text: &str) -> Result<Script, ParseError> {
+        let mut script = Script::default();
+        for (i, raw) in text.lines().enumerate() {
+            let line = i + 1;
+            let code = raw.split('#').next().unwrap_or("");
+            let words: Vec<&str> = code.split_whitespace().collect();
+            let Some(&cmd) = words.first() else {
+                continue;
+            };
+            let err = |message: String| ParseError { line, message };
+            let need = |lo: usize, hi: usize| {
+                if words.len() < lo || words.len() > hi {
+                    Err(err(format!("wrong number of arguments for '{cmd}'")))
+                } else {
+                    Ok(())
+                }
+            };
+            let op = match cmd {
+                "env" => {
+                    need(2, 2)?;
+                    if !script.ops.is_empty() {
+                        return Err(err("'env' lines must come before the first op".into()));
+                    }
+                    let Some((k, v)) = words[1].split_once('=') else {
+                        return Err(err("expected env NAME=VALUE".into()));
+                    };
+                    script.env.push((k.to_owned(), v.to_owned()));
+                    continue;
+                }
+                "alloc" | "a" => {
+                    need(3, 4)?;
+                    let size = parse_size(words[2])
+                        .ok_or_else(|| err(format!("bad size '{}'", words[2])))?;
+                    let stream = match words.get(3) {
+                        Some(s) => parse_stream(s, line)?,
+                        None => 0,
+                    };
+                    Op::Alloc {
+                        id: words[1].to_owned(),
+                        size,
+                        stream,
+                    }
+                }
+                "free" | "f" => {
+                    need(2, 2)?;
+                    Op::Free {
+                        id: words[1].to_owned(),
+                    }
+                }
+                "record" => {
+                    need(3, 3)?;
+                    Op::Record {
+                        id: words[1].to_owned(),
+                        stream: parse_stream(words[2], line)?,
+                    }
+                }
+                "sync" => {
+                    need(1, 2)?;
+                    let stream = match words.get(1) {
+                        None | Some(&"all") => None,
+                        Some(s) => Some(parse_stream(s, line)?),
+                    };
+                    Op::Sync { stream }
+                }
+                "empty_cache" => {
+                    need(1, 1)?;
+                    Op::EmptyCache
+                }
+                "set_fraction" => {
+                    need(2, 2)?;
+                    match words[1].parse::<f64>() {
+                        Ok(f) if (0.0..=1.0).contains(&f) => Op::SetFraction(f),
+                        _ => return Err(err("set_fraction wants a number in [0, 1]".into())),
+                    }
+                }
+                "reset_peak" => {
+                    need(1, 1)?;
+                    Op::ResetPeak
+                }
+                "reset_accumulated" => {
+                    need(1, 1)?;
+                    Op::ResetAccumulated
+                }
+                "stats" => {
+                    need(1, 1)?;
+                    Op::Stats
+                }
+                "snapshot" => {
+                    need(1, 1)?;
+                    Op::Snapshot
+                }
+                "mark" => {
+                    let text = code.trim_start()[4..].trim();
+                    Op::Mark(text.to_owned())
+                }
+                "pool_create" | "pool_begin" | "pool_end" | "pool_release" | "pool_use_count"
+                | "pool_delete" | "observe" => {
+                    return Err(err(format!(
+                        "'{cmd}' (private pools, OOM observers) is not supported by this driver yet"
+                    )));
+                }
+                other => return Err(err(format!("unknown op '{other}'"))),
+            };
+            script.ops.push(op);
+        }
+        Ok(script)
+    }
+
+    /// The value of an `env` line, if the script has one.
+    pub fn env_value(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The number of streams the script uses besides the default one (the oracle creates
+    /// streams 1..=n at start-up).
+    pub fn max_stream(&self) -> u32 {
+        self.ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Alloc { stream, .. } | Op::Record { stream, .. } => Some(*stream),
+                Op::Sync { stream } => *stream,
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether the script has no ops.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Alloc { id, size, stream } => {
+                write!(f, "alloc {id} {size}")?;
+                if *stream != 0 {
+                    write!(f, " {stream}")?;
+                }
+                Ok(())
+            }
+            Op::Free { id } => write!(f, "free {id}"),
+            Op::Record { id, stream } => write!(f, "record {id} {stream}"),
+            Op::Sync { stream: None } => f.write_str("sync all"),
+            Op::Sync { stream: Some(s) } => write!(f, "sync {s}"),
+            Op::EmptyCache => f.write_str("empty_cache"),
+            Op::SetFraction(x) => write!(f, "set_fraction {x}"),
+            Op::ResetPeak => f.write_str("reset_peak"),
+            Op::ResetAccumulated => f.write_str("reset_accumulated"),
+            Op::Stats => f.write_str("stats"),
+            Op::Snapshot => f.write_str("snapshot"),
+            Op::Mark(t) => write!(f, "mark {t}"),
+        }
+    }
+}
+
+impl fmt::Display for Script {
+    /// The script in the oracle's format: `env` lines, then one op per line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (k, v) in &self.env {
+            writeln!(f, "env {k}={v}")?;
+        }
+        for op in &self.ops {
+            writeln!(f, "{op}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_oracle_example_and_prints_it_back() {
+        let text = "# a comment\nenv PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n\
+                    alloc x 1MiB   # stream 0\nrecord x 1\nfree x\na y 100KiB 2\nsync 1\nsync\n\
+                    empty_cache\nset_fraction 0.5\nmark hello there\nf y\n";
+        let s = Script::parse(text).unwrap();
+        assert_eq!(
+            s.env_value("PYTORCH_CUDA_ALLOC_CONF"),
+            Some("expandable_segments:True")
+        );
+        assert_eq!(s.ops.len(), 10);
+        assert_eq!(
+            s.ops[0],
+            Op::Alloc {
+                id: "x".into(),
+                size: 1 << 20,
+                stream: 0
+            }
+        );
+        assert_eq!(s.ops[5], Op::Sync { stream: None });
+        assert_eq!(s.ops[9], Op::Free { id: "y".into() });
+        assert_eq!(s.max_stream(), 2);
+        let again = Script::parse(&s.to_string()).unwrap();
+        assert_eq!(again, s);
+    }
+
+    #[test]
+    fn bad_lines_name_the_line_and_the_problem() {
+        for (text, want) in [
+            ("alloc x 12Q", "line 1: bad size '12Q'"),
+            ("free", "line 1: wrong number of arguments for 'free'"),
+            (
+                "alloc x 1\nenv A=B",
+                "line 2: 'env' lines must come before the first op",
+            ),
+            (
+                "set_fraction 2",
+                "line 1: set_fraction wants a number in [0, 1]",
+            ),
+            (
+                "pool_create p",
+                "line 1: 'pool_create' (private pools, OOM observers) is not supported by this driver yet",
+            ),
+            ("frob", "line 1: unknown op 'frob'"),
+            (
+                "record x 1001",
+                "line 1: bad stream number '1001' (0 = default, 1..1000)",
+            ),
+        ] {
+            assert_eq!(Script::parse(text).unwrap_err().to_string(), want);
+        }
+    }
+
+    #[test]
+    fn sizes_take_the_oracles_suffixes() {
+        assert_eq!(parse_size("512"), Some(512));
+        assert_eq!(parse_size("3K"), Some(3072));
+        assert_eq!(parse_size("2MiB"), Some(2 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("1TiB"), Some(1 << 40));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("1MB"), None);
+    }
+}

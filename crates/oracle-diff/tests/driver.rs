@@ -1,0 +1,72 @@
+//! The driver and the comparison without the oracle: our output round-trips through the
+//! oracle's JSON format, the comparison names a tie-break difference between the versions'
+//! rules, and a map that fails is logged as PyTorch's calls (creates released, nothing mapped).
+
+use c10_cuda::{Rules, TorchVersion};
+use oracle_diff::compare::{Call, compare_for, steps};
+use oracle_diff::driver;
+use oracle_diff::script::Script;
+use oracle_diff::trace::{Line, parse_output, to_jsonl};
+
+const TIE: &str = "env FAKECUDA_TOPDOWN=1\nalloc 0 512MiB\nalloc 1 512MiB\nalloc 2 512MiB\n\
+                   free 2\nfree 0\nfree 1\nalloc 3 512MiB\nsnapshot\nstats\n";
+
+#[test]
+fn our_lines_round_trip_through_json() {
+    let s = Script::parse(TIE).unwrap();
+    let lines = driver::run(&s, Rules::default()).unwrap();
+    assert!(matches!(lines.first(), Some(Line::Config { .. })));
+    assert!(matches!(lines.last(), Some(Line::Stats { last: true, .. })));
+    assert_eq!(parse_output(&to_jsonl(&lines)).unwrap(), lines);
+}
+
+#[test]
+fn the_versions_break_the_tie_differently_and_the_comparison_says_where() {
+    let s = Script::parse(TIE).unwrap();
+    let new = driver::run(&s, Rules::new(TorchVersion::V2_15)).unwrap();
+    let old = driver::run(&s, Rules::new(TorchVersion::V2_7)).unwrap();
+    let seg_of_3 = |lines: &[Line]| {
+        lines.iter().find_map(|l| match l {
+            Line::Alloc { id, seg, .. } if id == "3" => Some(*seg),
+            _ => None,
+        })
+    };
+    // Top-down addresses: segment 0 is the oldest and the highest.
+    assert_eq!(seg_of_3(&new), Some(0));
+    assert_eq!(seg_of_3(&old), Some(2));
+    let d = compare_for(&s, &new, &old).expect("they differ");
+    assert_eq!(d.step, 6);
+    assert_eq!(d.what, "allocation placement (segment, offset, block size)");
+    assert!(compare_for(&s, &new, &new).is_none());
+}
+
+#[test]
+fn a_failed_map_is_logged_as_pytorch_makes_it() {
+    // 3 pages of 20 MiB fit on a 64 MiB device; a 70 MiB request needs 4.
+    let s = Script::parse(
+        "env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\nenv FAKECUDA_TOTAL_MEM=64MiB\n\
+         alloc a 70MiB\n",
+    )
+    .unwrap();
+    let lines = driver::run(&s, Rules::pytorch_exact(TorchVersion::V2_15)).unwrap();
+    let first = &steps(&lines)[0];
+    // Reserve 9/8 of the device in whole pages (80 MiB), then (first try and retry) three creates that are released and one that fails:
+    // in canonical form only the failures, no page mapped or unmapped.
+    assert_eq!(
+        first.memory,
+        vec![
+            Call::Reserve(80 << 20, Some(0)),
+            Call::MapFailed(20 << 20),
+            Call::MapFailed(20 << 20),
+        ]
+    );
+    assert!(matches!(first.line, Some(Line::Oom { .. })));
+    let Some(Line::Stats { fake, .. }) = lines.last() else {
+        panic!("final line");
+    };
+    assert_eq!(fake["cuMemCreate"], 6);
+    assert_eq!(fake["cuMemCreate_failed"], 2);
+    assert_eq!(fake["cuMemRelease"], 6);
+    assert_eq!(fake["cuMemMap"], 0);
+    assert_eq!(fake["cuMemUnmap"], 0);
+}
