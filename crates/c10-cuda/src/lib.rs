@@ -50,11 +50,15 @@ pub mod history;
 mod host_memory;
 pub mod import;
 mod invariants;
+pub mod ipc;
+mod ipc_refcount;
 pub mod observer;
 pub mod oom;
 mod ptr_map;
 mod reconfigure;
 mod release;
+#[cfg(target_os = "linux")]
+mod shared_memory;
 pub mod sim;
 pub mod sizes;
 pub mod snapshot;
