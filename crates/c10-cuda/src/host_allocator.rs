@@ -269,6 +269,8 @@ struct HostBlock {
     streams: SmallVec<[StreamId; 2]>,
     /// Allocated through the register path (PyTorch's `use_host_register` map).
     registered: bool,
+    /// An event could not be recorded at a free: the block is never reused (nor released).
+    retired: bool,
 }
 
 /// Per-bucket statistics (PyTorch's `HostBlockPool` stat vectors).
@@ -447,6 +449,11 @@ impl<B: PinnedMemory + 'static> CachingHostAllocator<B> {
             .filter_map(|&stream| inner.backend.record_event(stream).ok())
             .collect();
         let mut s = inner.state.lock();
+        if events.len() < streams.len() {
+            if let Some(block) = s.blocks.get_mut(&ptr) {
+                block.retired = true;
+            }
+        }
         for event in events {
             s.events.push_front((event, ptr));
         }
@@ -695,6 +702,7 @@ impl State {
                 event_count: 0,
                 streams: SmallVec::new(),
                 registered,
+                retired: false,
             },
         );
         self.allocations.increase(1);
@@ -776,7 +784,12 @@ impl State {
         let (mut count, mut bytes) = (0i64, 0i64);
         for (&ptr, b) in &self.blocks {
             let pending = events.get(&ptr).copied().unwrap_or(0);
-            if b.event_count != pending {
+            if b.retired {
+                // Its unrecorded events never come: it stays active for good.
+                if b.event_count < pending || b.allocated {
+                    return Err(format!("retired block {ptr:#x} is inconsistent: {b:?}"));
+                }
+            } else if b.event_count != pending {
                 return Err(format!(
                     "block {ptr:#x} counts {} events, {pending} are pending",
                     b.event_count
@@ -789,7 +802,7 @@ impl State {
                 return Err(format!("free block {ptr:#x} still lists streams"));
             }
             let is_cached = cached.contains_key(&ptr);
-            if !is_cached && !b.allocated && pending == 0 {
+            if !is_cached && !b.allocated && pending == 0 && !b.retired {
                 return Err(format!(
                     "block {ptr:#x} is neither allocated, pending nor cached"
                 ));

@@ -16,7 +16,9 @@
 //! `Allocator`; [`config::AllocatorConfig`] (PYTORCH_CUDA_ALLOC_CONF);
 //! [`stats::DeviceStats`] with `memory_stats()`'s 122 keys; [`summary::memory_summary`];
 //! [`snapshot`] and [`history`] in PyTorch's snapshot format, with the call sites of
-//! allocations and frees ([`call_site`]); [`oom::OutOfMemoryError`].
+//! allocations and frees ([`call_site`]); [`oom::OutOfMemoryError`]; [`ipc`], sharing blocks
+//! with other processes (PyTorch's `shareIpcHandle` / `getIpcDevPtr`); and
+//! [`host_allocator`], PyTorch's pinned host caching allocator over [`pinned_memory`] backends.
 //!
 //! ```
 //! use c10_cuda::config::AllocatorConfig;
