@@ -27,7 +27,8 @@ tasks:
               per-device, 2 workers, 5 passes) with a table of medians; --peer starpu also
               builds and runs the same workloads on StarPU (needs libstarpu-dev)
   loom        the engine's loom models (RUSTFLAGS=\"--cfg loom\", release, own target dir)
-  soak        run the caching allocator's property test for 10 million random steps
+  soak        run the caching allocator's property test for 10 million random steps, then
+              the device-memory budget grid of every shared DTR log (release)
   help        this text
 ";
 

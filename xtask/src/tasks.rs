@@ -515,7 +515,21 @@ pub fn soak() -> TaskResult {
         "proptest_allocator",
     ])
     .env("TENSORMEM_SOAK_STEPS", "10000000");
-    run("soak", c)
+    run("soak", c)?;
+    // DTR under a device-memory budget: every strategy and layout on every shared log at
+    // 0.05 steps, and the figures of window on the default allocator.
+    let mut d = cargo();
+    d.args([
+        "test",
+        "--release",
+        "-p",
+        "checkpoint",
+        "--test",
+        "device_budget",
+        "--",
+        "--ignored",
+    ]);
+    run("soak (device budget)", d)
 }
 
 /// Pulls `"executable":"/path"` values out of cargo's JSON messages (no JSON dependency needed:

@@ -3,15 +3,20 @@
 //! [`Tensor::to_dtype`], and the in-place fills [`Tensor::fill_`] and [`Tensor::zero_`].
 //!
 //! Conversions follow `c10::convert`: between integer types exactly (wrapping when narrowing),
-//! otherwise through `f64`; float to integer truncates toward zero and saturates (C++ leaves the
-//! out-of-range case undefined); anything to Bool is `value != 0`.
+//! otherwise through `f64`; anything to Bool is `value != 0`. Float to integer truncates toward
+//! zero; to `uint8` it goes through `int64` as in c10 (`-1.5` gives 255, `300.7` gives 44, both
+//! defined in C++). Out of the target's range (and for NaN) C++ leaves the conversion undefined;
+//! aten saturates (NaN gives 0) where PyTorch 2.15.0 on x86 gives the `INT_MIN` of a 32-bit
+//! intermediate for `int8`/`int16`/`int32` (`-200.0` to `int8` is 56 there, -128 here; NaN to
+//! `int32` is -2147483648 there, 0 here) and of a 64-bit one for `int64`/`uint8` (`inf` to
+//! `uint8` is 0 there, 255 here).
 
 use c10_core::{Device, ScalarType};
 
 use crate::error::{Error, Result};
 use crate::host::{self, Access, map1};
 use crate::layout::{self, Layout, Overlap};
-use crate::scalar::{Scalar, dispatch};
+use crate::scalar::{Elem, dispatch};
 use crate::tensor::Tensor;
 
 /// Refuses to write into `dst` when two of its elements share memory, as ATen's
@@ -50,6 +55,15 @@ pub(crate) fn check_no_partial_overlap(
         });
     }
     Ok(status)
+}
+
+/// The layout of a new copy, as ATen's `MemoryFormat` argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// Row-major (`torch.contiguous_format`).
+    Contiguous,
+    /// Like the source (`torch.preserve_format`, as `empty_like`).
+    Preserve,
 }
 
 /// `dst[i] = convert(src[i])` through `src_layout` (already expanded to `dst`'s sizes), on host
@@ -111,22 +125,27 @@ impl Tensor {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
-        self.copy_into_new(self.dtype(), false)
+        self.copy_into_new("contiguous", self.dtype(), Format::Contiguous)
     }
 
     /// A deep copy with its own storage and version counter, as PyTorch's `t.clone()` (named
     /// differently because Rust's [`Clone::clone`] is the reference-count bump). As
     /// `memory_format=torch.preserve_format`: a non-overlapping and dense tensor keeps its
-    /// strides, any other becomes contiguous.
+    /// strides exactly (size-1 dimensions included: `as_strided([3, 1], [1, 0])` stays `[1, 0]`),
+    /// any other gets dense strides in its own dimension order
+    /// ([`crate::layout::infer_dense_strides`]: a sliced transpose stays transposed).
     ///
     /// # Errors
     /// Allocation and device errors.
     pub fn deep_clone(&self) -> Result<Tensor> {
-        self.copy_into_new(self.dtype(), true)
+        self.copy_into_new("clone", self.dtype(), Format::Preserve)
     }
 
     /// The values converted to `dtype` (this tensor itself if it already has it), as
-    /// `t.to(dtype)`.
+    /// `t.to(dtype)`, whose `memory_format=torch.preserve_format` keeps the layout as
+    /// [`Tensor::deep_clone`] does (a transposed tensor gives a transposed result).
+    ///
+    /// Conversions follow `c10::convert` (see the [module docs](self)).
     ///
     /// # Errors
     /// Allocation and device errors.
@@ -134,25 +153,33 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        self.copy_into_new(dtype, false)
+        self.copy_into_new("to", dtype, Format::Preserve)
     }
 
-    /// A new tensor on this device with this shape and `dtype` holding a copy of the values;
-    /// with `preserve`, a dense layout keeps its strides.
-    fn copy_into_new(&self, dtype: ScalarType, preserve: bool) -> Result<Tensor> {
+    /// A new tensor on this device with this shape and `dtype` holding a copy of the values, in
+    /// `format`'s layout.
+    pub(crate) fn copy_into_new(
+        &self,
+        op: &'static str,
+        dtype: ScalarType,
+        format: Format,
+    ) -> Result<Tensor> {
         if !host::is_host_accessible(self) {
             // CUDA: through the host (aten has no device kernels).
-            let host = self.to(Device::cpu())?.copy_into_new(dtype, preserve)?;
+            let host = self.to(Device::cpu())?.copy_into_new(op, dtype, format)?;
             return host.to(self.device());
         }
-        let out = Tensor::empty_uninit(self.sizes(), dtype, self.device())?;
-        let out =
-            if preserve && !self.is_contiguous() && self.layout().is_non_overlapping_and_dense() {
-                out.as_strided(self.sizes(), self.strides(), Some(0))?
-            } else {
-                out
-            };
-        copy_kernel("clone", &out, self, self.layout().clone())?;
+        let out = match format {
+            Format::Contiguous => Tensor::empty_uninit(self.sizes(), dtype, self.device())?,
+            Format::Preserve => Tensor::empty_strided_uninit(
+                op,
+                self.sizes(),
+                &layout::preserve_format_strides(self.sizes(), self.strides()),
+                dtype,
+                self.device(),
+            )?,
+        };
+        copy_kernel(op, &out, self, self.layout().clone())?;
         // A fresh tensor: its own version counter starts at 0.
         Ok(out)
     }
@@ -164,12 +191,17 @@ impl Tensor {
     /// [`Error::MemoryOverlap`] for a tensor with self-overlapping elements;
     /// [`Error::UnsupportedDevice`] off the host.
     pub fn fill_(&self, value: f64) -> Result<()> {
-        check_no_internal_overlap("fill_", self)?;
+        self.fill_for("fill_", value)
+    }
+
+    /// [`Tensor::fill_`] with errors naming `op`.
+    fn fill_for(&self, op: &'static str, value: f64) -> Result<()> {
+        check_no_internal_overlap(op, self)?;
         if host::is_host_accessible(self) {
-            self.fill_raw("fill_", value)?;
+            self.fill_raw(op, value)?;
         } else {
             let host = Tensor::full(self.sizes(), value, self.options().device(Device::cpu()))?;
-            crate::device_copy::copy_across("fill_", self, &host, host.layout().clone())?;
+            crate::device_copy::copy_across(op, self, &host, host.layout().clone())?;
         }
         self.bump_version();
         Ok(())
@@ -180,6 +212,6 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::fill_`].
     pub fn zero_(&self) -> Result<()> {
-        self.fill_(0.0)
+        self.fill_for("zero_", 0.0)
     }
 }

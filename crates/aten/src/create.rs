@@ -13,8 +13,8 @@ use rand_distr::{Distribution, StandardNormal, StandardUniform};
 
 use crate::error::{Error, Result};
 use crate::host::Access;
-use crate::layout::{self, Layout};
-use crate::scalar::{Scalar, dispatch};
+use crate::layout::{self, Layout, contiguous_strides};
+use crate::scalar::{Elem, dispatch};
 use crate::tensor::Tensor;
 
 /// The dtype and device of a new tensor, as c10's `TensorOptions`. The default is `float32` on
@@ -83,12 +83,12 @@ impl Generator {
     }
 }
 
-/// The byte size of `numel` elements of `dtype`, checked.
-fn byte_size(shape: &[i64], dtype: ScalarType) -> Result<usize> {
+/// The byte size of `numel` elements of `dtype`, checked (errors naming `op`).
+fn byte_size(op: &'static str, shape: &[i64], dtype: ScalarType) -> Result<usize> {
     layout::numel(shape)
         .checked_mul(dtype.item_size())
         .ok_or(Error::InvalidArgument {
-            op: "empty",
+            op,
             message: format!(
                 "a tensor of shape {} and dtype {dtype} does not fit in memory",
                 crate::error::shape_str(shape)
@@ -100,9 +100,53 @@ impl Tensor {
     /// A contiguous tensor whose bytes are not initialised yet. Every caller writes every
     /// element before the tensor is shared or read.
     pub(crate) fn empty_uninit(shape: &[i64], dtype: ScalarType, device: Device) -> Result<Tensor> {
+        Tensor::empty_uninit_for("empty", shape, dtype, device)
+    }
+
+    /// [`Tensor::empty_uninit`] with errors naming `op`.
+    fn empty_uninit_for(
+        op: &'static str,
+        shape: &[i64],
+        dtype: ScalarType,
+        device: Device,
+    ) -> Result<Tensor> {
         let layout = Layout::contiguous(shape)?;
-        let storage = crate::device::allocate(device, byte_size(shape, dtype)?)?;
+        let storage = crate::device::allocate(device, byte_size(op, shape, dtype)?)?;
         Tensor::from_new_storage(storage, layout, dtype)
+    }
+
+    /// A tensor of `sizes` with explicit `strides` whose bytes are not initialised yet (its
+    /// storage holds exactly the elements the layout reaches). Every caller writes every element
+    /// before the tensor is shared or read.
+    pub(crate) fn empty_strided_uninit(
+        op: &'static str,
+        sizes: &[i64],
+        strides: &[i64],
+        dtype: ScalarType,
+        device: Device,
+    ) -> Result<Tensor> {
+        let layout = Layout::new(sizes, strides, 0)?;
+        if layout.is_contiguous() && strides == contiguous_strides(sizes) {
+            return Tensor::empty_uninit(sizes, dtype, device);
+        }
+        let elements = i64::try_from(layout.required_storage_elements()).map_err(|_| {
+            Error::InvalidArgument {
+                op,
+                message: format!(
+                    "a tensor of shape {} and strides {} does not fit in memory",
+                    crate::error::shape_str(sizes),
+                    crate::error::shape_str(strides)
+                ),
+            }
+        })?;
+        let storage = crate::device::allocate(device, byte_size(op, &[elements], dtype)?)?;
+        Tensor::from_cell(
+            op,
+            crate::tensor::StorageCell::new(storage),
+            layout,
+            dtype,
+            crate::tensor::VersionCounter::new(),
+        )
     }
 
     /// Fills every element with `value` converted to the dtype (no version bump: used on new
@@ -123,7 +167,7 @@ impl Tensor {
     /// [`Error::NegativeSize`]; allocation errors (out of memory, no allocator for the device,
     /// [`Error::CudaUnavailable`]).
     pub fn empty(shape: &[i64], options: impl Into<TensorOptions>) -> Result<Tensor> {
-        Tensor::zeros(shape, options)
+        Tensor::full_for("empty", shape, 0.0, options.into())
     }
 
     /// A tensor of zeros, as `torch.zeros`.
@@ -131,7 +175,7 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::empty`].
     pub fn zeros(shape: &[i64], options: impl Into<TensorOptions>) -> Result<Tensor> {
-        Tensor::full(shape, 0.0, options)
+        Tensor::full_for("zeros", shape, 0.0, options.into())
     }
 
     /// A tensor of ones, as `torch.ones`.
@@ -139,7 +183,7 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::empty`].
     pub fn ones(shape: &[i64], options: impl Into<TensorOptions>) -> Result<Tensor> {
-        Tensor::full(shape, 1.0, options)
+        Tensor::full_for("ones", shape, 1.0, options.into())
     }
 
     /// A tensor filled with `value` converted to the dtype (truncated toward zero for integer
@@ -148,14 +192,23 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::empty`].
     pub fn full(shape: &[i64], value: f64, options: impl Into<TensorOptions>) -> Result<Tensor> {
-        let options = options.into();
-        let t = Tensor::empty_uninit(shape, options.dtype, options.device)?;
+        Tensor::full_for("full", shape, value, options.into())
+    }
+
+    /// [`Tensor::full`] with errors naming `op` (the creation function the user called).
+    fn full_for(
+        op: &'static str,
+        shape: &[i64],
+        value: f64,
+        options: TensorOptions,
+    ) -> Result<Tensor> {
+        let t = Tensor::empty_uninit_for(op, shape, options.dtype, options.device)?;
         if crate::host::is_host_accessible(&t) {
-            t.fill_raw("full", value)?;
+            t.fill_raw(op, value)?;
             Ok(t)
         } else {
-            let host = Tensor::full(shape, value, options.device(Device::cpu()))?;
-            crate::device_copy::copy_host_to_device("full", &t, &host)?;
+            let host = Tensor::full_for(op, shape, value, options.device(Device::cpu()))?;
+            crate::device_copy::copy_host_to_device(op, &t, &host)?;
             Ok(t)
         }
     }
@@ -239,7 +292,7 @@ impl Tensor {
     /// [`Error::InvalidShape`] when the shape's element count differs from `data.len()`
     /// (a `-1` is inferred).
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[i64]) -> Result<Tensor> {
-        Tensor::from_slice(&data, shape)
+        Tensor::from_slice_for("from_vec", &data, shape)
     }
 
     /// A CPU tensor of `shape` copied from `data`, as [`Tensor::from_vec`].
@@ -247,9 +300,14 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::from_vec`].
     pub fn from_slice<T: Element>(data: &[T], shape: &[i64]) -> Result<Tensor> {
-        let shape = layout::infer_size("from_slice", shape, data.len())?;
+        Tensor::from_slice_for("from_slice", data, shape)
+    }
+
+    /// [`Tensor::from_slice`] with errors naming `op`.
+    fn from_slice_for<T: Element>(op: &'static str, data: &[T], shape: &[i64]) -> Result<Tensor> {
+        let shape = layout::infer_size(op, shape, data.len())?;
         let t = Tensor::empty_uninit(&shape, T::SCALAR_TYPE, Device::cpu())?;
-        crate::host::with_bytes_mut("from_slice", &t, |bytes| {
+        crate::host::with_bytes_mut(op, &t, |bytes| {
             bytes.copy_from_slice(bytemuck::cast_slice(data));
         })?;
         Ok(t)

@@ -22,7 +22,7 @@ use c10_core::{Device, ScalarType};
 
 use crate::error::Result;
 use crate::host::{self, Access};
-use crate::scalar::{Scalar, dispatch};
+use crate::scalar::{Elem, dispatch};
 use crate::tensor::Tensor;
 
 /// `torch._tensor_str.PRINT_OPTS` defaults.

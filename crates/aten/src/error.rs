@@ -154,8 +154,9 @@ pub enum Error {
         dtype: ScalarType,
     },
 
-    /// A scalar that cannot be represented in the tensor's dtype, as ATen's
-    /// "result type Float can't be cast to the desired output type Long".
+    /// A scalar that cannot be represented in a dtype. aten's own operations no longer return
+    /// it: a floating scalar now promotes an integer tensor to `Float`, and writing that into an
+    /// integer tensor in place is [`Error::ResultTypeCast`].
     #[error("{op}: the scalar {value} can't be cast to the tensor's dtype {dtype}")]
     ScalarCast {
         /// The operation.
@@ -164,6 +165,19 @@ pub enum Error {
         value: f64,
         /// The tensor's dtype.
         dtype: ScalarType,
+    },
+
+    /// An in-place operation whose promoted result dtype cannot be written into the output's
+    /// dtype (see [`crate::promotion::can_cast`]), as TensorIterator's "result type Float can't
+    /// be cast to the desired output type Long".
+    #[error("{op}: result type {result} can't be cast to the desired output type {output}")]
+    ResultTypeCast {
+        /// The operation.
+        op: &'static str,
+        /// The dtype the operation computes.
+        result: ScalarType,
+        /// The output's dtype.
+        output: ScalarType,
     },
 
     /// A dimension outside `[-ndim, ndim - 1]`, as c10's `maybe_wrap_dim`

@@ -224,7 +224,20 @@ impl<'a> Access<'a> {
         op: &'static str,
         t: &Tensor,
     ) -> Result<Dst<'s, T>> {
-        let layout = t.layout().clone();
+        self.dst_as(op, t, t.layout().clone())
+    }
+
+    /// `t` as a typed output written through another layout over its storage (its own,
+    /// permuted into memory order); the layout is checked against the storage.
+    ///
+    /// # Errors
+    /// As [`Access::src_as`].
+    pub(crate) fn dst_as<'s, T: Element>(
+        &'s self,
+        op: &'static str,
+        t: &Tensor,
+        layout: Layout,
+    ) -> Result<Dst<'s, T>> {
         let base = self.operand::<T>(op, t, &layout, true)?;
         Ok(Dst {
             base,

@@ -1,5 +1,7 @@
 //! [`Layout`]: sizes, strides and storage offset, and every stride rule in one place
-//! (contiguity, view legality as ATen's `computeStride`, broadcasting, expansion, dim wrapping).
+//! (contiguity, view legality as ATen's `computeStride`, broadcasting, expansion, dim wrapping,
+//! and the strides of new results: `preserve_format` as `empty_like`, elementwise outputs as
+//! `TensorIterator`).
 //!
 //! Sizes, strides and the offset are signed 64-bit integers counted in **elements**, as c10's
 //! `IntArrayRef`. Sizes are never negative. Strides are never negative either: as in PyTorch,
@@ -156,6 +158,19 @@ impl Layout {
         Some(offset)
     }
 
+    /// The same elements with dimension `i` of the result being dimension `perm[i]` of this
+    /// layout (a permutation; unchecked, for the kernels' iteration order); `None` keeps it.
+    pub(crate) fn permuted(self, perm: Option<&[usize]>) -> Layout {
+        let Some(perm) = perm else {
+            return self;
+        };
+        Layout {
+            sizes: perm.iter().map(|&d| self.sizes[d]).collect(),
+            strides: perm.iter().map(|&d| self.strides[d]).collect(),
+            storage_offset: self.storage_offset,
+        }
+    }
+
     /// Builds a layout without validation, for the view functions that derive one valid layout
     /// from another.
     pub(crate) fn from_parts(sizes: Vec<i64>, strides: Vec<i64>, storage_offset: i64) -> Layout {
@@ -245,6 +260,218 @@ pub fn is_non_overlapping_and_dense(sizes: &[i64], strides: &[i64]) -> bool {
         required *= sizes[d];
     }
     true
+}
+
+/// Whether a 4-d layout is channels-last (NHWC) contiguous, as c10's
+/// `compute_channels_last_contiguous_2d` (`t.is_contiguous(memory_format=torch.channels_last)`):
+/// dimensions 1, 3, 2, 0 are dense in that order, size-1 dimensions skipped. Any other rank is
+/// not.
+pub fn is_channels_last_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
+    if sizes.len() != 4 {
+        return false;
+    }
+    let mut expected = 1i64;
+    for d in [1, 3, 2, 0] {
+        if sizes[d] != 1 {
+            if strides[d] != expected {
+                return false;
+            }
+            expected *= sizes[d];
+        }
+    }
+    true
+}
+
+/// The channels-last (NHWC) strides of a 4-d shape, as c10's `get_channels_last_strides_2d`:
+/// channels fastest, then width, height and batch.
+///
+/// # Panics
+/// Unless `sizes` has 4 dimensions (an internal bug: callers check
+/// [`is_channels_last_contiguous`] first).
+pub fn channels_last_strides(sizes: &[i64]) -> Vec<i64> {
+    assert_eq!(sizes.len(), 4, "channels_last_strides: not a 4-d shape");
+    let mut strides = vec![0i64; 4];
+    strides[1] = 1;
+    strides[3] = sizes[1].max(1);
+    strides[2] = strides[3] * sizes[3].max(1);
+    strides[0] = strides[2] * sizes[2].max(1);
+    strides
+}
+
+/// Sorts `perm` (dimensions, fastest first once sorted) by insertion with a comparison that may
+/// be ambiguous (0), as the insertion sort of TensorIterator's `reorder_dimensions` and ATen's
+/// `infer_dense_strides`: a dimension moves towards the front past every dimension it should
+/// come before, stops at the first it should come after, and passes ambiguous ones.
+fn sort_dims(perm: &mut [usize], should_swap: impl Fn(usize, usize) -> i8) {
+    for i in 1..perm.len() {
+        let mut dim1 = i;
+        for dim0 in (0..i).rev() {
+            match should_swap(perm[dim0], perm[dim1]) {
+                c if c > 0 => {
+                    perm.swap(dim0, dim1);
+                    dim1 = dim0;
+                }
+                c if c < 0 => break,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Dense strides that keep the dimension order of `sizes`/`strides` (which may overlap or have
+/// gaps), as ATen's `infer_dense_strides`: dimensions sorted by stride (a stride 0 is
+/// ambiguous and stays in place; equal strides put the smaller size first), then laid out
+/// densely in that order, size-0 and size-1 dimensions counting as 1.
+pub fn infer_dense_strides(sizes: &[i64], strides: &[i64]) -> Vec<i64> {
+    let n = sizes.len();
+    if n <= 1 {
+        return vec![1; n];
+    }
+    let mut perm: Vec<usize> = (0..n).rev().collect();
+    sort_dims(&mut perm, |d0, d1| {
+        let (s0, s1) = (strides[d0], strides[d1]);
+        if s0 == 0 || s1 == 0 {
+            0
+        } else if s0 != s1 {
+            if s0 < s1 { -1 } else { 1 }
+        } else if sizes[d0] > sizes[d1] {
+            1
+        } else {
+            0
+        }
+    });
+    let mut out = vec![0i64; n];
+    let mut next = 1i64;
+    for &d in &perm {
+        out[d] = next;
+        if sizes[d] > 1 {
+            next *= sizes[d];
+        }
+    }
+    out
+}
+
+/// The strides of a new tensor like `sizes`/`strides` under `memory_format=torch.preserve_format`,
+/// as ATen's `empty_like` (used by `clone()` and `to(dtype)`): the same strides for a
+/// non-overlapping and dense layout, else [`infer_dense_strides`].
+pub fn preserve_format_strides(sizes: &[i64], strides: &[i64]) -> Vec<i64> {
+    if is_non_overlapping_and_dense(sizes, strides) {
+        strides.to_vec()
+    } else {
+        infer_dense_strides(sizes, strides)
+    }
+}
+
+/// The strides of an operand broadcast to `shape`, as TensorIterator's `compute_strides`: new
+/// leading dimensions and size-1 dimensions that broadcast get stride 0.
+fn broadcast_strides(shape: &[i64], sizes: &[i64], strides: &[i64]) -> Vec<i64> {
+    let offset = shape.len() - sizes.len();
+    let mut out = vec![0i64; shape.len()];
+    for (i, (&size, &stride)) in sizes.iter().zip(strides).enumerate() {
+        out[offset + i] = if size == 1 && shape[offset + i] != 1 {
+            0
+        } else {
+            stride
+        };
+    }
+    out
+}
+
+/// The strides of the new output of an elementwise operation of broadcast shape `shape` over
+/// `inputs` (each one's sizes and strides, in operand order; a scalar is a 0-d input), as ATen's
+/// `TensorIterator` decides them:
+///
+/// 1. Inputs of one shape (no broadcasting, no scalar beside a tensor): all contiguous gives a
+///    contiguous output; all channels-last contiguous (4-d) a channels-last one; all
+///    non-overlapping and dense with equal strides the same strides (`fast_set_up`).
+/// 2. Otherwise dimensions are sorted by the inputs' strides (`reorder_dimensions`: the first
+///    input whose strides differ decides, broadcast dimensions are ambiguous, equal strides put
+///    the smaller size first) and the output is dense in that order (`compatible_stride`, in
+///    which a size-0 dimension zeroes the strides after it); the row-major order gives plain
+///    contiguous strides.
+///
+/// So `exp(t.t())` and `t.t() + row` are transposed like `t.t()`.
+///
+/// # Panics
+/// If an input has more dimensions than `shape` (an internal bug: `shape` is their broadcast).
+pub fn elementwise_strides(shape: &[i64], inputs: &[(&[i64], &[i64])]) -> Vec<i64> {
+    elementwise_strides_unless_contiguous(shape, inputs)
+        .unwrap_or_else(|| contiguous_strides(shape))
+}
+
+/// [`elementwise_strides`], or `None` when they are [`contiguous_strides`] (the common case,
+/// answered without allocating).
+pub(crate) fn elementwise_strides_unless_contiguous(
+    shape: &[i64],
+    inputs: &[(&[i64], &[i64])],
+) -> Option<Vec<i64>> {
+    let n = shape.len();
+    if inputs.iter().all(|&(sizes, _)| sizes == shape) {
+        if inputs
+            .iter()
+            .all(|&(sizes, strides)| is_contiguous(sizes, strides))
+        {
+            return None;
+        }
+        if inputs
+            .iter()
+            .all(|&(sizes, strides)| is_channels_last_contiguous(sizes, strides))
+        {
+            return Some(channels_last_strides(shape));
+        }
+        if let Some(&(_, first)) = inputs.first() {
+            if inputs.iter().all(|&(sizes, strides)| {
+                strides == first && is_non_overlapping_and_dense(sizes, strides)
+            }) {
+                return Some(first.to_vec());
+            }
+        }
+    }
+    if n <= 1 {
+        return None;
+    }
+    let strides: Vec<Vec<i64>> = inputs
+        .iter()
+        .map(|&(sizes, strides)| broadcast_strides(shape, sizes, strides))
+        .collect();
+    let mut perm: Vec<usize> = (0..n).rev().collect();
+    sort_dims(&mut perm, |d0, d1| {
+        for st in &strides {
+            let (s0, s1) = (st[d0], st[d1]);
+            if s0 == 0 || s1 == 0 {
+                continue;
+            }
+            if s0 != s1 {
+                return if s0 < s1 { -1 } else { 1 };
+            }
+            if shape[d0] > shape[d1] {
+                return 1;
+            }
+        }
+        0
+    });
+    if perm.iter().enumerate().all(|(j, &d)| d == n - 1 - j) {
+        return None;
+    }
+    let mut out = vec![0i64; n];
+    let mut next = 1i64;
+    for &d in &perm {
+        out[d] = next;
+        next *= shape[d];
+    }
+    Some(out)
+}
+
+/// The dimensions of a layout from the largest stride to the smallest (stable: ties keep
+/// row-major order), the order in which a kernel visits memory sequentially; `None` when that
+/// is the row-major order already (strides never increase), answered without allocating.
+pub(crate) fn memory_order(strides: &[i64]) -> Option<Vec<usize>> {
+    if strides.windows(2).all(|w| w[0] >= w[1]) {
+        return None;
+    }
+    let mut perm: Vec<usize> = (0..strides.len()).collect();
+    perm.sort_by(|&a, &b| strides[b].cmp(&strides[a]));
+    Some(perm)
 }
 
 /// Wraps a possibly negative dimension into `0..ndim`, as c10's `maybe_wrap_dim` (a 0-d tensor

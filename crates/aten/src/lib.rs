@@ -22,7 +22,7 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`layout`] | [`Layout`] and the stride rules: contiguity, `computeStride`, broadcasting, expansion |
+//! | [`layout`] | [`Layout`] and the stride rules: contiguity, `computeStride`, broadcasting, expansion, the strides of new results |
 //! | [`tensor`] | [`Tensor`], [`TensorImpl`], [`VersionCounter`]; why the storage has a data lock |
 //! | [`create`] | `empty`, `zeros`, `ones`, `full`, `arange`, `from_vec`, `rand`, `randn`; [`TensorOptions`], [`Generator`] |
 //! | [`view`] | `view`, `reshape`, `narrow`, `slice`, `select`, `transpose`, `permute`, `expand`, ... |
@@ -32,6 +32,7 @@
 //! | [`pinned`] | `pin_memory`, `is_pinned`, the pinned host allocators and the staging of copies to a device |
 //! | [`ipc`] | `share_ipc` / `from_ipc`: a tensor's bytes shared with another process |
 //! | [`ops`] | CPU kernels: [`ops::elementwise`], [`ops::reduce`], [`ops::matmul`], [`ops::softmax`], [`ops::loss`] |
+//! | [`promotion`] | type promotion: [`Scalar`], `promote_types`, `result_type`, `can_cast` |
 //! | [`strided_index`] | iteration over non-contiguous layouts |
 //! | [`device`] | which allocator serves a device index |
 //! | [`sim`] | the host-backed simulated device with the caching allocator |
@@ -53,18 +54,34 @@
 //! the argument). As in PyTorch, only raw pointers obtained by the user
 //! ([`TensorImpl::data_ptr`]) leave synchronisation to the user, through `unsafe` code.
 //!
+//! # Semantics
+//!
+//! Results agree with real PyTorch (checked against torch 2.15.0 on CPU by the differential
+//! battery `tests/torch_battery.rs`, whose expected values torch produced): type promotion
+//! ([`promotion`]: `int64 + 2.5` is `Float`, `float32 + float64` is `Double`, `int / int` is
+//! true division), the layout of results (elementwise outputs follow their inputs' memory order
+//! as TensorIterator's; `clone()` and `to(dtype)` preserve the layout; reductions, softmax,
+//! losses and matrix products are contiguous), conversions, and `repr()`.
+//!
 //! # Where aten differs from PyTorch on purpose
 //!
 //! * [`Tensor::deep_clone`] is PyTorch's `clone()`: Rust's [`Clone::clone`] is the handle copy.
 //! * [`Tensor::empty`] returns zeroed memory (reading uninitialised bytes is undefined
 //!   behaviour in Rust); kernels still allocate their outputs without filling them.
-//! * No implicit type promotion: binary operations need one dtype ([`Error::DtypeMismatch`]);
-//!   integer `div`, `exp`, ... are [`Error::UnsupportedDtype`] instead of producing floats; a
-//!   fractional scalar on an integer tensor is [`Error::ScalarCast`].
-//! * Integer `matmul` is refused (no GEMM behind it); `rand`/`randn` use ChaCha8 streams, not
-//!   PyTorch's Mersenne Twister, from an explicit [`Generator`].
-//! * Half and bfloat16 tensors can be created, copied, converted and printed, but have no
-//!   arithmetic kernels.
+//! * Float to integer conversion out of the target's range, or of NaN, is undefined in C++;
+//!   aten saturates (NaN gives 0) where torch 2.15.0 on x86 gives the `INT_MIN` of a 32- or
+//!   64-bit intermediate (`-200.0` to `int8`: torch 56, aten -128; NaN to `int32`: torch
+//!   -2147483648, aten 0; `inf` to `uint8`: torch 0, aten 255). In range (and for `uint8`,
+//!   within `int64`'s range: `-1.5` gives 255) both agree.
+//! * Half and bfloat16 tensors can be created, copied, converted, reduced with `sum` and
+//!   printed, and promote to `float32` beside one, but have no arithmetic kernels of their own
+//!   (torch: `half + half` is `[2., 4.]` in float16; aten: [`Error::UnsupportedDtype`]).
+//! * Integer `matmul` is refused (no GEMM behind it; torch gives `[[14]]` for
+//!   `[[1, 2, 3]] @ [[1], [2], [3]]`); `cross_entropy` takes `[N, C]` or `[C]` logits, not
+//!   PyTorch's K-dimensional `[N, C, d1, ...]`.
+//! * `rand`/`randn` use ChaCha8 streams, not PyTorch's Mersenne Twister, from an explicit
+//!   [`Generator`].
+//! * The default dtype is always `float32` (no `torch.set_default_dtype`).
 //! * Device indices are honoured through aten's own table ([`device`]), since c10's registry is
 //!   per device type and aten has no "current device".
 //!
@@ -94,6 +111,7 @@ pub mod ipc;
 pub mod layout;
 pub mod ops;
 pub mod pinned;
+pub mod promotion;
 mod scalar;
 pub mod sim;
 pub mod strided_index;
@@ -105,6 +123,8 @@ pub use create::{Generator, TensorOptions};
 pub use device::{device_allocator, normalize_device, set_device_allocator};
 pub use error::{Error, Result};
 pub use layout::Layout;
+pub use ops::elementwise::RoundingMode;
 pub use ops::loss::Reduction;
+pub use promotion::Scalar;
 pub use strided_index::StridedIndex;
 pub use tensor::{Tensor, TensorImpl, VersionCounter};

@@ -105,6 +105,24 @@ fn install_devices(
     Ok(front)
 }
 
+/// Makes `front` (one [`install`] returned earlier) the allocator of new `sim:` tensors again,
+/// after a later [`install`] replaced it.
+///
+/// # Errors
+/// [`crate::Error::Cuda`] when the front has no device 0.
+pub fn reinstall(front: &Arc<CachingAllocator<SimDevice>>) -> Result<()> {
+    let count = front.device_count() as u8;
+    let mut installed = INSTALLED.write();
+    for i in 0..count {
+        set_device_allocator(Device::sim(i), Arc::new(front.allocator(i)?))?;
+    }
+    if count > 0 {
+        c10_core::set_allocator(DeviceType::Sim, Arc::new(front.allocator(0)?), 0)?;
+    }
+    installed.front = Some(Arc::clone(front));
+    Ok(())
+}
+
 /// The front from the latest [`install`], if any.
 pub fn installed() -> Option<Arc<CachingAllocator<SimDevice>>> {
     INSTALLED.read().front.clone()

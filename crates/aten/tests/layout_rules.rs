@@ -1,10 +1,14 @@
 //! The stride rules of `aten::layout` as tables: contiguous strides, contiguity, density, view
-//! legality (ATen's `computeStride`), broadcasting, expansion, dim wrapping, `-1` inference and
-//! memory overlap. Expected values are PyTorch's (`t.stride()`, `t.is_contiguous()`, ...).
+//! legality (ATen's `computeStride`), broadcasting, expansion, dim wrapping, `-1` inference,
+//! memory overlap, and the strides of new results (`preserve_format`, TensorIterator). Expected
+//! values are PyTorch's (`t.stride()`, `t.is_contiguous()`, ...; the result strides from torch
+//! 2.15.0).
 
 use aten::layout::{
-    Overlap, broadcast_shapes, compute_stride, contiguous_strides, expand_geometry, infer_size,
-    is_contiguous, is_non_overlapping_and_dense, overlap, wrap_dim,
+    Overlap, broadcast_shapes, channels_last_strides, compute_stride, contiguous_strides,
+    elementwise_strides, expand_geometry, infer_dense_strides, infer_size,
+    is_channels_last_contiguous, is_contiguous, is_non_overlapping_and_dense, overlap,
+    preserve_format_strides, wrap_dim,
 };
 use aten::{Error, Layout, StridedIndex};
 use rstest::rstest;
@@ -230,4 +234,82 @@ fn required_storage_table(
 #[case::rank_mismatch(&[2, 2], &[1], 0)]
 fn invalid_layouts(#[case] sizes: &[i64], #[case] strides: &[i64], #[case] offset: i64) {
     assert!(Layout::new(sizes, strides, offset).is_err());
+}
+
+/// `clone()` / `to(dtype)` strides (`empty_like(preserve_format)`): dense layouts keep their
+/// strides, others get `infer_dense_strides` (torch 2.15.0 `t.clone().stride()`).
+#[rstest]
+#[case::transposed(&[4, 3], &[1, 4], &[1, 4])]
+#[case::sliced_transpose(&[4, 3], &[1, 8], &[1, 4])]
+#[case::sliced(&[4, 3], &[6, 2], &[3, 1])]
+#[case::size_one_stride_zero(&[3, 1], &[1, 0], &[1, 0])]
+#[case::size_one_not_dense(&[3, 1], &[2, 1], &[1, 1])]
+#[case::row_of_transpose(&[1, 2], &[1, 3], &[1, 1])]
+#[case::expanded(&[3, 2], &[0, 0], &[2, 1])]
+#[case::expanded_transposed(&[3, 2], &[0, 3], &[2, 1])]
+#[case::empty_permuted(&[2, 3, 0], &[1, 2, 2], &[1, 2, 2])]
+#[case::dense_size_one_last(&[2, 2, 1], &[2, 1, 4], &[2, 1, 4])]
+fn preserve_format_table(#[case] sizes: &[i64], #[case] strides: &[i64], #[case] out: &[i64]) {
+    assert_eq!(preserve_format_strides(sizes, strides), out);
+}
+
+/// ATen's `infer_dense_strides` example: stride-0 dimensions do not move.
+#[test]
+fn infer_dense_strides_keeps_zero_strides_in_place() {
+    // (6, 5, 4, 3, 2) / (6, 0, 120, 0, 1): the sorted permutation is (4, 3, 0, 1, 2); torch
+    // 2.15.0's `clone()` of that view has strides (6, 36, 180, 2, 1).
+    assert_eq!(
+        infer_dense_strides(&[6, 5, 4, 3, 2], &[6, 0, 120, 0, 1]),
+        [6, 36, 180, 2, 1]
+    );
+}
+
+#[rstest]
+#[case::nchw(&[2, 3, 2, 2], &[12, 4, 2, 1], false)]
+#[case::nhwc(&[2, 3, 2, 2], &[12, 1, 6, 3], true)]
+#[case::size_one_any_stride(&[2, 3, 1, 2], &[6, 1, 999, 3], true)]
+#[case::three_d(&[2, 3, 2], &[6, 1, 3], false)]
+fn channels_last_table(#[case] sizes: &[i64], #[case] strides: &[i64], #[case] expected: bool) {
+    assert_eq!(is_channels_last_contiguous(sizes, strides), expected);
+    if expected {
+        assert!(is_channels_last_contiguous(
+            sizes,
+            &channels_last_strides(sizes)
+        ));
+    }
+}
+
+/// The output strides of elementwise ops (TensorIterator), torch 2.15.0: `exp(x)` (one input)
+/// and `x + y` / `x + 1` (the scalar is a 0-d operand).
+#[rstest]
+#[case::exp_transposed(&[4, 3], vec![(vec![4, 3], vec![1, 4])], &[1, 4])]
+#[case::exp_sliced(&[4, 3], vec![(vec![4, 3], vec![6, 2])], &[3, 1])]
+#[case::exp_sliced_transpose(&[4, 3], vec![(vec![4, 3], vec![1, 8])], &[1, 4])]
+#[case::exp_permuted(&[4, 2, 3], vec![(vec![4, 2, 3], vec![1, 12, 4])], &[1, 12, 4])]
+#[case::exp_expanded(&[4, 3], vec![(vec![4, 3], vec![0, 1])], &[3, 1])]
+#[case::exp_dense_size_one(&[3, 1], vec![(vec![3, 1], vec![1, 0])], &[1, 1])]
+#[case::exp_channels_last_size_one(&[2, 3, 1, 2], vec![(vec![2, 3, 1, 2], vec![6, 1, 999, 3])], &[6, 1, 6, 3])]
+#[case::exp_channels_last_n1(&[1, 3, 2, 2], vec![(vec![1, 3, 2, 2], vec![1, 1, 6, 3])], &[12, 1, 6, 3])]
+#[case::exp_overlapping(&[2, 3, 4], vec![(vec![2, 3, 4], vec![1, 1, 1])], &[1, 2, 6])]
+#[case::exp_empty(&[3, 0], vec![(vec![3, 0], vec![1, 3])], &[1, 1])]
+#[case::exp_not_dense_size_one(&[3, 1], vec![(vec![3, 1], vec![2, 1])], &[1, 1])]
+#[case::add_scalar_channels_last(&[2, 3, 1, 2], vec![(vec![2, 3, 1, 2], vec![6, 1, 999, 3]), (vec![], vec![])], &[6, 1, 12, 3])]
+#[case::add_scalar_empty(&[3, 0], vec![(vec![3, 0], vec![1, 3]), (vec![], vec![])], &[1, 3])]
+#[case::add_scalar_empty_3d(&[2, 3, 0], vec![(vec![2, 3, 0], vec![1, 2, 2]), (vec![], vec![])], &[1, 0, 2])]
+#[case::transposed_plus_contiguous(&[2, 3], vec![(vec![2, 3], vec![1, 2]), (vec![2, 3], vec![3, 1])], &[1, 2])]
+#[case::contiguous_plus_transposed(&[2, 3], vec![(vec![2, 3], vec![3, 1]), (vec![2, 3], vec![1, 2])], &[3, 1])]
+#[case::transposed_plus_row(&[4, 3], vec![(vec![4, 3], vec![1, 4]), (vec![3], vec![1])], &[1, 4])]
+#[case::column_plus_transposed(&[4, 3], vec![(vec![4, 1], vec![1, 1]), (vec![4, 3], vec![1, 4])], &[1, 4])]
+#[case::expanded_plus_transposed(&[4, 3], vec![(vec![4, 3], vec![3, 0]), (vec![4, 3], vec![1, 4])], &[1, 4])]
+#[case::column_plus_row(&[4, 3], vec![(vec![4, 1], vec![1, 1]), (vec![1, 3], vec![3, 1])], &[3, 1])]
+fn elementwise_strides_table(
+    #[case] shape: &[i64],
+    #[case] inputs: Vec<(Vec<i64>, Vec<i64>)>,
+    #[case] out: &[i64],
+) {
+    let inputs: Vec<(&[i64], &[i64])> = inputs
+        .iter()
+        .map(|(sizes, strides)| (sizes.as_slice(), strides.as_slice()))
+        .collect();
+    assert_eq!(elementwise_strides(shape, &inputs), out);
 }

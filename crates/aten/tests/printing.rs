@@ -1,7 +1,7 @@
 //! Printing like PyTorch's `repr(tensor)` and the text of error messages, as insta snapshots.
 //! The display snapshots were checked against PyTorch 2.x output for the same tensors.
 
-use aten::{Reduction, Tensor, TensorOptions};
+use aten::{Reduction, RoundingMode, Tensor, TensorOptions};
 use c10_core::{Bool, Device, ScalarType};
 use half::f16;
 
@@ -118,13 +118,14 @@ fn error_messages() {
     let a = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
     let d = Tensor::ones(&[2, 3], ScalarType::Double).unwrap();
     let l = Tensor::ones(&[2], ScalarType::Long).unwrap();
+    let b = Tensor::ones(&[2], ScalarType::Bool).unwrap();
     let errors: Vec<(&str, aten::Error)> = vec![
         (
             "a.add(&ones([4]))",
             a.add(&Tensor::ones(&[4], TensorOptions::new()).unwrap())
                 .unwrap_err(),
         ),
-        ("a.add(&double)", a.add(&d).unwrap_err()),
+        ("a.mm(&double.t())", a.mm(&d.t().unwrap()).unwrap_err()),
         ("a.to_vec::<f64>()", a.to_vec::<f64>().unwrap_err()),
         ("a.item::<i64>()", a.item::<i64>().unwrap_err()),
         ("a.item::<f32>()", a.item::<f32>().unwrap_err()),
@@ -173,9 +174,55 @@ fn error_messages() {
             a.matmul(&Tensor::ones(&[4], TensorOptions::new()).unwrap())
                 .unwrap_err(),
         ),
-        ("long.exp()", l.exp().unwrap_err()),
-        ("long.div(&long)", l.div(&l).unwrap_err()),
-        ("long.add_scalar(0.5)", l.add_scalar(0.5).unwrap_err()),
+        ("long.div_(&long)", l.div_(&l).unwrap_err()),
+        ("long.add_scalar_(0.5)", l.add_scalar_(0.5).unwrap_err()),
+        ("long.pow_scalar(-1)", l.pow_scalar(-1).unwrap_err()),
+        (
+            "long.div_rounding(&zeros, Trunc)",
+            l.div_rounding(
+                &Tensor::zeros(&[2], ScalarType::Long).unwrap(),
+                RoundingMode::Trunc,
+            )
+            .unwrap_err(),
+        ),
+        ("bool.sub(&bool)", b.sub(&b).unwrap_err()),
+        ("bool.sub(&long)", b.sub(&l).unwrap_err()),
+        ("bool.neg()", b.neg().unwrap_err()),
+        ("bool.relu()", b.relu().unwrap_err()),
+        ("bool.pow(&bool)", b.pow(&b).unwrap_err()),
+        ("long.gelu()", l.gelu().unwrap_err()),
+        (
+            "half.add(&half)",
+            Tensor::ones(&[2], ScalarType::Half)
+                .unwrap()
+                .add(&Tensor::ones(&[2], ScalarType::Half).unwrap())
+                .unwrap_err(),
+        ),
+        (
+            "zeros([0]).max()",
+            Tensor::zeros(&[0], TensorOptions::new())
+                .unwrap()
+                .max_all()
+                .unwrap_err(),
+        ),
+        (
+            "zeros([0, 2]).max_dim(0)",
+            Tensor::zeros(&[0, 2], TensorOptions::new())
+                .unwrap()
+                .max_dim(0, false)
+                .unwrap_err(),
+        ),
+        ("long.softmax(0)", l.softmax(0).unwrap_err()),
+        (
+            "long.cross_entropy(target)",
+            l.view(&[1, 2])
+                .unwrap()
+                .cross_entropy(
+                    &Tensor::zeros(&[1], ScalarType::Long).unwrap(),
+                    Reduction::Mean,
+                )
+                .unwrap_err(),
+        ),
         ("long.mean()", l.mean_all().unwrap_err()),
         (
             "a.select(0, 0).add_(&a)",

@@ -289,36 +289,46 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         search_again: bool,
     ) -> Result<Allocation> {
         let p = self.params(size, stream);
-        if search_again {
-            self.process_events()?;
-            if let Some(id) = self.get_free_block(&p) {
-                return Ok(self.alloc_found_block(&p, id));
-            }
-        }
-        if self.allowed_memory_maximum.is_some() && self.config.gc_enabled() {
-            self.garbage_collect_cached_blocks()?;
-        }
-        let mut found = self.alloc_block(&p, false)?;
-        if found.is_none() && self.release_available_cached_blocks(&p)? {
-            found = self.alloc_block(&p, false)?;
-        }
-        if found.is_none() {
-            self.release_cached_blocks()?;
-            // pytorch#189504: releasing synchronizes events, which can free a block that fits
-            // inside a split segment; PyTorch would not look at it and raise a spurious OOM.
-            found = self.get_free_block(&p);
-            if found.is_none() {
-                found = self.alloc_block(&p, true)?;
-            }
-        }
-        match found {
+        match self.find_or_grow(&p, search_again)? {
             Some(id) => Ok(self.alloc_found_block(&p, id)),
             None => Err(self.out_of_memory(&p)),
         }
     }
 
+    /// The block [`Self::malloc_uncached`] hands out, removed from its pool, or `None` where
+    /// it would raise out of memory (nothing recorded for that).
+    pub(crate) fn find_or_grow(
+        &mut self,
+        p: &Params,
+        search_again: bool,
+    ) -> Result<Option<BlockId>> {
+        if search_again {
+            self.process_events()?;
+            if let Some(id) = self.get_free_block(p) {
+                return Ok(Some(id));
+            }
+        }
+        if self.allowed_memory_maximum.is_some() && self.config.gc_enabled() {
+            self.garbage_collect_cached_blocks()?;
+        }
+        let mut found = self.alloc_block(p, false)?;
+        if found.is_none() && self.release_available_cached_blocks(p)? {
+            found = self.alloc_block(p, false)?;
+        }
+        if found.is_none() {
+            self.release_cached_blocks()?;
+            // pytorch#189504: releasing synchronizes events, which can free a block that fits
+            // inside a split segment; PyTorch would not look at it and raise a spurious OOM.
+            found = self.get_free_block(p);
+            if found.is_none() {
+                found = self.alloc_block(p, true)?;
+            }
+        }
+        Ok(found)
+    }
+
     #[inline(always)]
-    fn params(&self, orig_size: usize, stream: StreamId) -> Params {
+    pub(crate) fn params(&self, orig_size: usize, stream: StreamId) -> Params {
         let size = round_size(orig_size, &self.config);
         Params {
             orig_size,
@@ -576,6 +586,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         };
         let b = self.blocks.get_mut(id);
         b.allocated = false;
+        b.tag = None;
         let (small, size, requested, stream) = (b.small, b.size, b.requested_size, b.stream);
         let has_uses = !b.stream_uses.is_empty();
         decrease(&mut self.stats.allocation, small, 1);

@@ -25,6 +25,9 @@ pub(crate) struct Block {
     pub(crate) size: usize,
     /// Bytes the user asked for when this block was last allocated (unrounded).
     pub(crate) requested_size: usize,
+    /// The owner's tag of an allocated block ([`crate::DeviceCachingAllocator::set_block_tag`]),
+    /// cleared when the block is freed; no PyTorch counterpart.
+    pub(crate) tag: Option<u64>,
     /// The allocation stream: only requests on this stream may use the block.
     pub(crate) stream: StreamId,
     /// Whether the block belongs to the small pool.
@@ -57,6 +60,7 @@ impl Block {
             ptr,
             size,
             requested_size: 0,
+            tag: None,
             stream,
             small,
             allocated: false,

@@ -20,6 +20,14 @@
 //! with other processes (PyTorch's `shareIpcHandle` / `getIpcDevPtr`); and
 //! [`host_allocator`], PyTorch's pinned host caching allocator over [`pinned_memory`] backends.
 //!
+//! For owners that make room themselves (a rematerializing runtime under a device-memory
+//! budget): [`CappedDevice`] limits any device to a number of bytes;
+//! [`DeviceCachingAllocator::try_malloc`] reports a [`Miss`] instead of raising out of memory;
+//! [`DeviceCachingAllocator::segments`] shows every segment's blocks in address order with an
+//! owner tag ([`DeviceCachingAllocator::set_block_tag`]); [`DeviceCachingAllocator::plan_room`]
+//! finds the cheapest blocks to free for a miss (Coop's sliding window, whole segments,
+//! expandable pages); [`Placement::High`] hands out the top of a split block.
+//!
 //! ```
 //! use c10_cuda::config::AllocatorConfig;
 //! use c10_cuda::device::StreamId;
@@ -41,6 +49,7 @@ mod address_space;
 pub mod allocator;
 mod block;
 pub mod call_site;
+pub mod capped;
 pub mod config;
 pub mod cuda;
 pub mod device;
@@ -58,9 +67,12 @@ mod ipc_refcount;
 pub mod observer;
 pub mod oom;
 pub mod pinned_memory;
+pub mod placement;
 mod ptr_map;
 mod reconfigure;
 mod release;
+pub mod room;
+pub mod segment_view;
 #[cfg(target_os = "linux")]
 mod shared_memory;
 pub mod sim;
@@ -69,10 +81,16 @@ pub mod snapshot;
 pub mod snapshot_pickle;
 pub mod stats;
 pub mod summary;
+pub mod try_malloc;
 
 pub use allocator::{Allocation, CacheInfo, DeviceCachingAllocator};
+pub use capped::CappedDevice;
 pub use error::{Error, Result};
 pub use front::{CachingAllocator, DeviceAllocator, FreeMemoryCallback};
 pub use history::RecordContext;
 pub use observer::{OomObservation, OutOfMemoryObserver, TraceTracker};
+pub use placement::Placement;
+pub use room::{RoomCost, RoomKind, RoomOptions, RoomPlan};
+pub use segment_view::{BlockState, BlockView, Pool, SegmentView};
 pub use sim::{SimDevice, SimMode};
+pub use try_malloc::{MallocOutcome, Miss, Request};

@@ -280,3 +280,38 @@ fn copy_round_trip_of_one_mib() {
         Err(DeviceError::Invalid { .. })
     ));
 }
+
+#[test]
+fn a_capped_gpu_holds_reserved_bytes_under_the_limit_and_reports_misses() {
+    use c10_cuda::config::AllocatorConfig;
+    use c10_cuda::{CappedDevice, DeviceCachingAllocator, MallocOutcome};
+    for conf in ["", "expandable_segments:True"] {
+        let device = CappedDevice::new(gpu(), 64 * MIB);
+        assert_eq!(device.mem_get_info().expect("cuMemGetInfo").total, 64 * MIB);
+        let config: AllocatorConfig = conf.parse().expect("config");
+        let mut a = DeviceCachingAllocator::new(device, config).expect("allocator");
+        let x = a.malloc(40 * MIB, StreamId::DEFAULT).expect("40 MiB fit");
+        a.set_block_tag(x.ptr, 7).expect("allocated");
+        let m = match a
+            .try_malloc(40 * MIB, StreamId::DEFAULT)
+            .expect("no driver error")
+        {
+            MallocOutcome::Miss(m) => m,
+            MallocOutcome::Allocated(got) => panic!("{conf}: 80 MiB on a 64 MiB cap: {got:?}"),
+        };
+        assert!(a.reserved_bytes() <= 64 * MIB, "{conf}");
+        let plan = a
+            .plan_room(&m, Default::default(), |t| (t == 7).then_some(1.0))
+            .expect("freeing the first block makes room");
+        assert_eq!(plan.tags, [7], "{conf}");
+        a.free(x.ptr).expect("free");
+        let y = a
+            .try_malloc(40 * MIB, StreamId::DEFAULT)
+            .expect("no driver error");
+        let y = y.allocation().expect("served after the plan");
+        assert!(a.reserved_bytes() <= 64 * MIB, "{conf}");
+        a.free(y.ptr).expect("free");
+        a.empty_cache().expect("empty_cache");
+        assert_eq!(a.device().used(), 0, "{conf}");
+    }
+}

@@ -1,19 +1,29 @@
 //! Routes every storage through c10-cuda's caching allocator on an address-only simulated
 //! device, so a simulated run reports reserved bytes and fragmentation beside the allocated
-//! bytes the budget counts.
+//! bytes the budget counts, or (with a device-memory budget) runs on a device whose capacity
+//! is the budget.
 //!
-//! The budget still counts the storages' own bytes (as simrd and the prototype's
-//! `allocated_bytes.all.current` do), so statuses and overheads are those of the plain
-//! simulator; what this adds is how much memory the device really gives up. DTR frees tensors
-//! at scattered addresses, so free bytes sit in split segments the next large request cannot
-//! use, and the caching allocator reserves more (Coop's observation).
+//! Counting (the default, [`AllocatorBackend::new`]): the budget still counts the storages'
+//! own bytes (as simrd and the prototype's `allocated_bytes.all.current` do), so statuses and
+//! overheads are those of the plain simulator; what this adds is how much memory the device
+//! really gives up. DTR frees tensors at scattered addresses, so free bytes sit in split
+//! segments the next large request cannot use, and the caching allocator reserves more (Coop's
+//! observation).
+//!
+//! Device budget ([`AllocatorBackend::on_device`]): the simulated device has the budget as its
+//! capacity, so reserved bytes can never pass it; every storage is allocated with the
+//! allocator's `try_malloc` and its block tagged with the storage's id, and a miss is answered
+//! by the core's eviction strategy ([`crate::device_budget`]) through
+//! [`Backend::plan_room`] (the allocator's `plan_room` over the tagged blocks). Optionally
+//! Coop's partition: storages cheap to recompute per byte take the low end of a split block,
+//! expensive ones the high end ([`c10_cuda::Placement`]).
 
 use c10_cuda::config::AllocatorConfig;
 use c10_cuda::device::{DevicePtr, StreamId};
 use c10_cuda::sizes::round_size;
-use c10_cuda::{DeviceCachingAllocator, SimDevice};
+use c10_cuda::{DeviceCachingAllocator, MallocOutcome, Miss, Placement, RoomOptions, SimDevice};
 
-use crate::backend::{Backend, RunRequest};
+use crate::backend::{AllocOutcome, AllocRequest, Backend, RunRequest};
 use crate::error::BoxError;
 use crate::graph::StorageId;
 
@@ -54,6 +64,19 @@ pub struct AllocatorBackend {
     ptrs: Vec<DevicePtr>,
     report: AllocatorReport,
     accounting: bool,
+    device: Option<DeviceBudget>,
+}
+
+/// The state of a device-memory budget.
+struct DeviceBudget {
+    capacity: u64,
+    partition: bool,
+    room: RoomOptions,
+    /// Sum and count of `log2` cost densities seen (the partition's threshold is their mean).
+    log_density_sum: f64,
+    densities: u64,
+    last_miss: Option<Miss>,
+    scratch: Option<DevicePtr>,
 }
 
 /// Capacity of the simulated device: large enough that the device never refuses (the budget
@@ -80,7 +103,52 @@ impl AllocatorBackend {
             ptrs: Vec::new(),
             report: AllocatorReport::default(),
             accounting: false,
+            device: None,
         })
+    }
+
+    /// An allocator with `config` on an address-only device of `capacity` bytes that is the
+    /// budget: allocations that do not fit miss ([`Backend::try_allocate`]) and the core evicts
+    /// ([`Backend::device_capacity`] is `Some(capacity)`).
+    ///
+    /// # Errors
+    /// When the allocator cannot be created.
+    pub fn on_device(config: AllocatorConfig, capacity: u64) -> Result<Self, c10_cuda::Error> {
+        let device = SimDevice::address_only(0, usize::try_from(capacity).unwrap_or(usize::MAX));
+        Ok(AllocatorBackend {
+            alloc: DeviceCachingAllocator::new(device, config)?,
+            ptrs: Vec::new(),
+            report: AllocatorReport::default(),
+            accounting: false,
+            device: Some(DeviceBudget {
+                capacity,
+                partition: false,
+                room: RoomOptions::default(),
+                log_density_sum: 0.0,
+                densities: 0,
+                last_miss: None,
+                scratch: None,
+            }),
+        })
+    }
+
+    /// Coop's partition under a device budget, builder style: a storage whose compute per byte
+    /// is below the running geometric mean of those allocated so far takes the low end of a
+    /// split block, the others the high end. No effect without a device budget.
+    pub fn with_partition(mut self, on: bool) -> Self {
+        if let Some(d) = &mut self.device {
+            d.partition = on;
+        }
+        self
+    }
+
+    /// Which kinds of plan the allocator may propose on a miss (windows inside segments,
+    /// whole segments or pages given back), builder style. No effect without a device budget.
+    pub fn with_room_options(mut self, room: RoomOptions) -> Self {
+        if let Some(d) = &mut self.device {
+            d.room = room;
+        }
+        self
     }
 
     /// Makes the budget count the allocator's `allocated_bytes` (block sizes) instead of the
@@ -107,6 +175,12 @@ impl AllocatorBackend {
 
     fn malloc(&mut self, bytes: u64) -> Result<DevicePtr, BoxError> {
         let a = self.alloc.malloc(bytes as usize, StreamId::DEFAULT)?;
+        self.note_malloc();
+        Ok(a.ptr)
+    }
+
+    /// Counts a served request and updates the peaks.
+    fn note_malloc(&mut self) {
         self.report.requests += 1;
         let allocated = self.alloc.allocated_bytes() as u64;
         let reserved = self.alloc.reserved_bytes() as u64;
@@ -117,7 +191,49 @@ impl AllocatorBackend {
             r.allocated_at_reserved_peak = allocated;
         }
         r.max_unused_reserved_bytes = r.max_unused_reserved_bytes.max(reserved - allocated);
-        Ok(a.ptr)
+    }
+
+    /// `try_malloc` under the device budget, the placement from `compute_ns` per byte when
+    /// the partition is on.
+    fn try_device_malloc(
+        &mut self,
+        bytes: u64,
+        compute_ns: u64,
+    ) -> Result<Option<DevicePtr>, BoxError> {
+        let d = self.device.as_mut().expect("a device budget");
+        let placement = if d.partition {
+            let density = ((compute_ns as f64 + 1.0) / (bytes as f64 + 1.0)).log2();
+            d.log_density_sum += density;
+            d.densities += 1;
+            if density <= d.log_density_sum / d.densities as f64 {
+                Placement::Low
+            } else {
+                Placement::High
+            }
+        } else {
+            Placement::Low
+        };
+        match self
+            .alloc
+            .try_malloc_placed(bytes as usize, StreamId::DEFAULT, placement)?
+        {
+            MallocOutcome::Allocated(a) => {
+                self.note_malloc();
+                Ok(Some(a.ptr))
+            }
+            MallocOutcome::Miss(m) => {
+                self.device.as_mut().expect("a device budget").last_miss = Some(m);
+                Ok(None)
+            }
+        }
+    }
+
+    fn slot(&mut self, storage: StorageId) -> &mut DevicePtr {
+        let i = storage.index();
+        if self.ptrs.len() <= i {
+            self.ptrs.resize(i + 1, 0);
+        }
+        &mut self.ptrs[i]
     }
 }
 
@@ -131,11 +247,8 @@ impl Backend for AllocatorBackend {
     }
 
     fn allocate(&mut self, storage: StorageId, bytes: u64) -> Result<(), BoxError> {
-        let i = storage.index();
-        if self.ptrs.len() <= i {
-            self.ptrs.resize(i + 1, 0);
-        }
-        self.ptrs[i] = if bytes == 0 { 0 } else { self.malloc(bytes)? };
+        let ptr = if bytes == 0 { 0 } else { self.malloc(bytes)? };
+        *self.slot(storage) = ptr;
         Ok(())
     }
 
@@ -149,11 +262,98 @@ impl Backend for AllocatorBackend {
     }
 
     fn run(&mut self, request: RunRequest<'_>) -> Result<u64, BoxError> {
-        if request.duplicate_bytes > 0 {
+        if request.duplicate_bytes > 0 && self.device.is_none() {
             // The recomputed copies of outputs already in memory live during the run only.
             let p = self.malloc(request.duplicate_bytes)?;
             self.alloc.free(p)?;
         }
         Ok(request.known_cost)
+    }
+
+    fn device_capacity(&self) -> Option<u64> {
+        self.device.as_ref().map(|d| d.capacity)
+    }
+
+    fn try_allocate(&mut self, request: AllocRequest) -> Result<AllocOutcome, BoxError> {
+        if self.device.is_none() {
+            return self
+                .allocate(request.storage, request.bytes)
+                .map(|()| AllocOutcome::Done);
+        }
+        if request.bytes == 0 {
+            *self.slot(request.storage) = 0;
+            return Ok(AllocOutcome::Done);
+        }
+        match self.try_device_malloc(request.bytes, request.compute_ns)? {
+            Some(ptr) => {
+                self.alloc
+                    .set_block_tag(ptr, u64::from(request.storage.0))?;
+                *self.slot(request.storage) = ptr;
+                Ok(AllocOutcome::Done)
+            }
+            None => Ok(AllocOutcome::Miss),
+        }
+    }
+
+    fn plan_room(
+        &mut self,
+        cost: &dyn Fn(StorageId) -> Option<f64>,
+        byte_credit: f64,
+        out: &mut Vec<StorageId>,
+    ) -> Result<u64, BoxError> {
+        let Some(d) = &self.device else {
+            return Ok(0);
+        };
+        let Some(miss) = d.last_miss else {
+            return Ok(0);
+        };
+        let options = RoomOptions {
+            byte_credit,
+            ..d.room
+        };
+        let plan = self.alloc.plan_room(&miss, options, |tag| {
+            u32::try_from(tag).ok().and_then(|t| cost(StorageId(t)))
+        });
+        Ok(match plan {
+            Some(p) => {
+                out.extend(p.tags.iter().map(|&t| StorageId(t as u32)));
+                p.scanned as u64
+            }
+            None => 0,
+        })
+    }
+
+    fn transfer(&mut self, from: StorageId, to: StorageId) -> Result<bool, BoxError> {
+        if self.device.is_none() {
+            return Ok(false);
+        }
+        let ptr = self.ptrs.get(from.index()).copied().unwrap_or(0);
+        if ptr == 0 {
+            return Ok(false);
+        }
+        self.alloc.set_block_tag(ptr, u64::from(to.0))?;
+        self.ptrs[from.index()] = 0;
+        *self.slot(to) = ptr;
+        Ok(true)
+    }
+
+    fn try_allocate_scratch(&mut self, bytes: u64) -> Result<AllocOutcome, BoxError> {
+        if self.device.is_none() || bytes == 0 {
+            return Ok(AllocOutcome::Done);
+        }
+        match self.try_device_malloc(bytes, 0)? {
+            Some(ptr) => {
+                self.device.as_mut().expect("a device budget").scratch = Some(ptr);
+                Ok(AllocOutcome::Done)
+            }
+            None => Ok(AllocOutcome::Miss),
+        }
+    }
+
+    fn free_scratch(&mut self) -> Result<(), BoxError> {
+        if let Some(ptr) = self.device.as_mut().and_then(|d| d.scratch.take()) {
+            self.alloc.free(ptr)?;
+        }
+        Ok(())
     }
 }

@@ -33,6 +33,27 @@ pub struct RunRequest<'a> {
     pub known_cost: u64,
 }
 
+/// One allocation under a device-memory budget ([`Backend::try_allocate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocRequest {
+    /// The storage to give bytes.
+    pub storage: StorageId,
+    /// Its bytes.
+    pub bytes: u64,
+    /// The compute of its operator, ns (what rematerializing it costs; a placement hint).
+    pub compute_ns: u64,
+}
+
+/// Whether [`Backend::try_allocate`] gave the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocOutcome {
+    /// Allocated.
+    Done,
+    /// The device could not serve it without growing past its capacity: the core makes room
+    /// ([`Backend::plan_room`] or its heuristic) and asks again.
+    Miss,
+}
+
 /// What a driver provides to the runtime core. Errors are boxed into
 /// [`crate::Error::Backend`].
 pub trait Backend {
@@ -68,6 +89,72 @@ pub trait Backend {
     /// allocator's rounding); the identity by default.
     fn charged_bytes(&self, bytes: u64) -> u64 {
         bytes
+    }
+
+    /// The capacity of the device whose memory is the budget, bytes, or `None` when the
+    /// backend has no device-memory budget (the core then counts bytes against
+    /// [`crate::Config::budget`]). With `Some`, allocations go through
+    /// [`Backend::try_allocate`] and a miss makes the core evict.
+    fn device_capacity(&self) -> Option<u64> {
+        None
+    }
+
+    /// Gives a storage its bytes if the device can without growing past its capacity
+    /// (the caching allocator's `try_malloc`). The default allocates and never misses.
+    ///
+    /// # Errors
+    /// Whatever the backend's allocation can fail with, other than a miss.
+    fn try_allocate(&mut self, request: AllocRequest) -> Result<AllocOutcome, BoxError> {
+        self.allocate(request.storage, request.bytes)
+            .map(|()| AllocOutcome::Done)
+    }
+
+    /// After a miss: the storages whose freeing lets the missed request through at the least
+    /// total cost, appended to `out` (nothing when no plan exists or the backend cannot
+    /// plan). `cost(s)` is the cost of evicting storage `s`, or `None` when it cannot be
+    /// evicted; a plan making `x` bytes more available than the request needs is credited
+    /// `byte_credit · x` ([`c10_cuda::RoomOptions::byte_credit`]). Returns the number of
+    /// blocks looked at.
+    ///
+    /// # Errors
+    /// Whatever the backend's planning can fail with.
+    fn plan_room(
+        &mut self,
+        cost: &dyn Fn(StorageId) -> Option<f64>,
+        byte_credit: f64,
+        out: &mut Vec<StorageId>,
+    ) -> Result<u64, BoxError> {
+        let _ = (cost, byte_credit, out);
+        Ok(0)
+    }
+
+    /// Hands `from`'s bytes to `to` without copying (an in-place update that keeps the
+    /// address); `from` must be evicted right after. Returns false when the backend cannot
+    /// (the core then allocates `to` as usual).
+    ///
+    /// # Errors
+    /// Whatever the backend can fail with.
+    fn transfer(&mut self, from: StorageId, to: StorageId) -> Result<bool, BoxError> {
+        let _ = (from, to);
+        Ok(false)
+    }
+
+    /// Under a device budget: bytes held for the next [`Backend::run`] only (recomputed
+    /// copies of outputs already in memory), freed by [`Backend::free_scratch`].
+    ///
+    /// # Errors
+    /// As [`Backend::try_allocate`].
+    fn try_allocate_scratch(&mut self, bytes: u64) -> Result<AllocOutcome, BoxError> {
+        let _ = bytes;
+        Ok(AllocOutcome::Done)
+    }
+
+    /// Frees what [`Backend::try_allocate_scratch`] took.
+    ///
+    /// # Errors
+    /// As [`Backend::free`].
+    fn free_scratch(&mut self) -> Result<(), BoxError> {
+        Ok(())
     }
 }
 

@@ -127,6 +127,9 @@ pub(crate) struct Storage {
     /// Undefined tensors of other storages that read one of its tensors (simrd V1's
     /// `evicted_dependents`, for banishing).
     pub undefined_children: u32,
+    /// Its bytes were handed to a new version by an in-place update (device budget): they no
+    /// longer count for it, and its eviction frees nothing.
+    pub donated: bool,
 }
 
 impl Storage {
@@ -148,6 +151,7 @@ impl Storage {
             pool_seq: 0,
             eq_node: NONE,
             undefined_children: 0,
+            donated: false,
         }
     }
 

@@ -218,22 +218,36 @@ impl<B: Backend> Runtime<B> {
 
     /// The heuristic's score of material storage `s` (lower is evicted first).
     pub(crate) fn score(&mut self, s: StorageId) -> Score {
-        let (size, compute, last) = {
+        let (size, last) = {
             let st = &self.storages[s.index()];
-            (st.size as u128, st.compute as i128, st.last_access)
+            (st.size as u128, st.last_access)
         };
         let stale = self.clock.saturating_sub(last) as u128;
         match self.config.heuristic {
-            Heuristic::DtrLocal => Score::ratio(compute, size * stale),
             Heuristic::Lru => Score::ratio(last as i128, 1),
             Heuristic::Largest => Score::ratio(1, size),
+            Heuristic::Msps => Score::ratio(self.recompute_cost(s), size),
+            Heuristic::DtrLocal | Heuristic::Dtr | Heuristic::DtrEq => {
+                Score::ratio(self.recompute_cost(s), size * stale)
+            }
+            Heuristic::Random => Score::ratio(0, 1),
+        }
+    }
+
+    /// The heuristic's cost of recomputing material storage `s`, ns: its own compute plus,
+    /// for h_DTR, its evicted neighbourhood e* (ancestors and descendants); for h_DTR^eq, the
+    /// values of the distinct equivalence classes of its evicted neighbours; for MSPS, its
+    /// evicted ancestors. The other heuristics: its own compute.
+    pub(crate) fn recompute_cost(&mut self, s: StorageId) -> i128 {
+        let compute = self.storages[s.index()].compute as i128;
+        match self.config.heuristic {
             Heuristic::Msps => {
                 let (_, bwd) = self.estar.costs(&self.storages, s);
-                Score::ratio(compute + bwd as i128, size)
+                compute + bwd as i128
             }
             Heuristic::Dtr => {
                 let (fwd, bwd) = self.estar.costs(&self.storages, s);
-                Score::ratio(compute + fwd as i128 + bwd as i128, size * stale)
+                compute + fwd as i128 + bwd as i128
             }
             Heuristic::DtrEq => {
                 let mut roots = std::mem::take(&mut self.scratch_roots);
@@ -255,9 +269,9 @@ impl<B: Backend> Runtime<B> {
                     cost += self.eq.value(r) as i128;
                 }
                 self.scratch_roots = roots;
-                Score::ratio(cost, size * stale)
+                cost
             }
-            Heuristic::Random => Score::ratio(0, 1),
+            _ => compute,
         }
     }
 }

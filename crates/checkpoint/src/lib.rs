@@ -19,6 +19,12 @@
 //! h_DTR^local, LRU, largest-first, MSPS, random; optional sqrt(n) sampling and small-tensor
 //! filter. [`sweep`] runs the paper's budget sweeps.
 //!
+//! A device-memory budget ([`device_budget`]) makes the budget a device's capacity instead:
+//! nothing is counted, storages are allocated with the caching allocator's `try_malloc`, and a
+//! miss makes the core evict ([`Strategy`]: the heuristic's choice, or the allocator's cheapest
+//! window over blocks tagged with their storages, Coop's sliding window), simulated
+//! ([`AllocatorBackend::on_device`]) and live ([`live::LiveConfig::device_budget`]).
+//!
 //! ```
 //! use checkpoint::{Config, Heuristic, NullBackend, OpSpec, OutputSpec, Runtime};
 //!
@@ -44,6 +50,7 @@ pub mod allocator_backend;
 pub mod api;
 pub mod backend;
 pub mod budget;
+pub mod device_budget;
 pub mod error;
 mod estar;
 pub mod graph;
@@ -60,8 +67,9 @@ pub mod sweep;
 pub mod union_find;
 
 pub use allocator_backend::{AllocatorBackend, AllocatorReport};
-pub use backend::{Backend, NullBackend, RunRequest};
+pub use backend::{AllocOutcome, AllocRequest, Backend, NullBackend, RunRequest};
 pub use budget::budget_for_ratio;
+pub use device_budget::Strategy;
 pub use error::{BoxError, Error, Result};
 pub use graph::{OpId, StorageId, StorageState, TensorId};
 pub use heuristic::Heuristic;

@@ -31,6 +31,17 @@
 //! the peak check to see everything. Reserved bytes (segments) are not budgeted; they are
 //! reported ([`LiveProfile::counters`]).
 //!
+//! # A device-memory budget
+//!
+//! With [`LiveConfig::device_budget`] the budget is the device's capacity (a host-backed
+//! simulated device made with the budget as its size, say) and nothing is counted: before a
+//! call runs, each declared output is reserved with the allocator's `try_malloc`; a miss makes
+//! the core evict ([`crate::device_budget`]: the heuristic's choice, or the allocator's
+//! cheapest window over blocks tagged with their storages) and retry; the reserved blocks are
+//! handed back just before the closure runs, so its allocations (the same sizes, in order) are
+//! served from them. Reserved bytes can never pass the capacity; the same rule holds: a closure
+//! allocates only its declared outputs.
+//!
 //! Eviction happens before the allocation, not in the allocator's free-memory callback
 //! (`CachingAllocator::register_free_memory_callback`): the callback runs inside the kernel's
 //! allocation, while the runtime is in the middle of a call, and it fires on a cache miss, not
@@ -102,6 +113,11 @@ pub struct LiveConfig {
     pub check_remat: bool,
     /// Measured or declared costs.
     pub cost: CostModel,
+    /// The device's capacity is the budget (a device-memory budget, see
+    /// [`crate::device_budget`]): nothing is counted, every call's outputs are reserved with
+    /// the allocator's `try_malloc` before it runs, and a miss evicts as
+    /// [`Config::strategy`] says. `runtime.budget` must then be `None`.
+    pub device_budget: bool,
 }
 
 /// What can go wrong in live mode.
@@ -300,6 +316,17 @@ impl LiveRuntime {
             )));
         }
         let mut backend = LiveBackend::new(front, device, index);
+        if config.device_budget {
+            if config.runtime.budget.is_some() {
+                return Err(LiveError::InvalidArgument(
+                    "a device-memory budget is the device's capacity: set no byte budget with it"
+                        .into(),
+                ));
+            }
+            backend = backend.on_device_budget().map_err(|e| {
+                LiveError::InvalidArgument(format!("{device}: the device's capacity: {e}"))
+            })?;
+        }
         backend.budget = config.runtime.budget;
         backend.check = config.check_remat;
         backend.measure = config.cost == CostModel::Measured;

@@ -15,6 +15,14 @@
 //! - after every run, fails with [`LiveError::BudgetExceeded`] if the allocator's allocated
 //!   bytes went past the budget, and, with the debug check on, hashes every output and fails
 //!   with [`LiveError::RematMismatch`] when a recomputed value differs from the first one.
+//!
+//! Under a device-memory budget ([`crate::live::LiveConfig::device_budget`]: the device's
+//! capacity is the budget) nothing is counted: before a call runs, the core reserves each
+//! declared output with the allocator's `try_malloc` ([`Backend::try_allocate`]), evicting on
+//! a miss (between allocator calls, never inside one), and the backend hands the reserved
+//! blocks back just before the closure runs, so that the closure's own allocations, of the
+//! same sizes in the same order, are served from exactly those blocks without a miss. After
+//! the run each fresh output's block is tagged with its storage for the window plans.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -22,13 +30,13 @@ use std::time::Instant;
 
 use aten::Tensor;
 use c10_core::{Device, ScalarType};
-use c10_cuda::CachingAllocator;
 use c10_cuda::config::AllocatorConfig;
-use c10_cuda::device::DeviceMemory;
+use c10_cuda::device::{DeviceMemory, DevicePtr, StreamId};
 use c10_cuda::sizes::{SMALL_SIZE, is_small, round_size};
 use c10_cuda::stats::StatType;
+use c10_cuda::{CachingAllocator, MallocOutcome, Miss, RoomOptions};
 
-use crate::backend::{Backend, RunRequest};
+use crate::backend::{AllocOutcome, AllocRequest, Backend, RunRequest};
 use crate::error::BoxError;
 use crate::graph::{StorageId, TensorId};
 use crate::live::LiveError;
@@ -97,10 +105,29 @@ pub struct MemoryFigures {
     pub reserved_peak: u64,
 }
 
-/// Reads a device's figures from a caching allocator of any device kind.
+/// Reads a device's figures from a caching allocator of any device kind, and reaches its
+/// owner-side API (`try_malloc`, tags, `plan_room`) for a device-memory budget.
 trait StatsSource {
     fn figures(&self, device: u8) -> MemoryFigures;
     fn config(&self, device: u8) -> AllocatorConfig;
+    /// The device's total memory (its capacity).
+    fn capacity(&self, device: u8) -> Result<u64, c10_cuda::Error>;
+    /// `try_malloc` on the default stream: the block's address, or the miss.
+    fn try_malloc(
+        &self,
+        device: u8,
+        bytes: usize,
+    ) -> Result<Result<DevicePtr, Miss>, c10_cuda::Error>;
+    fn free(&self, device: u8, ptr: DevicePtr) -> Result<(), c10_cuda::Error>;
+    fn set_tag(&self, device: u8, ptr: DevicePtr, tag: u64) -> Result<(), c10_cuda::Error>;
+    /// `plan_room`'s tags for `miss`, or `None` when no plan exists.
+    fn plan(
+        &self,
+        device: u8,
+        miss: &Miss,
+        options: RoomOptions,
+        cost: &mut dyn FnMut(u64) -> Option<f64>,
+    ) -> Option<Vec<u64>>;
 }
 
 impl<D: DeviceMemory> StatsSource for CachingAllocator<D> {
@@ -122,6 +149,45 @@ impl<D: DeviceMemory> StatsSource for CachingAllocator<D> {
     fn config(&self, device: u8) -> AllocatorConfig {
         self.with_device(device, |d| d.config().clone())
             .unwrap_or_default()
+    }
+
+    fn capacity(&self, device: u8) -> Result<u64, c10_cuda::Error> {
+        self.with_device(device, |d| d.device().mem_get_info())?
+            .map(|i| i.total as u64)
+            .map_err(c10_cuda::Error::from)
+    }
+
+    fn try_malloc(
+        &self,
+        device: u8,
+        bytes: usize,
+    ) -> Result<Result<DevicePtr, Miss>, c10_cuda::Error> {
+        self.with_device(device, |d| d.try_malloc(bytes, StreamId::DEFAULT))?
+            .map(|o| match o {
+                MallocOutcome::Allocated(a) => Ok(a.ptr),
+                MallocOutcome::Miss(m) => Err(m),
+            })
+    }
+
+    fn free(&self, device: u8, ptr: DevicePtr) -> Result<(), c10_cuda::Error> {
+        self.with_device(device, |d| d.free(ptr))?
+    }
+
+    fn set_tag(&self, device: u8, ptr: DevicePtr, tag: u64) -> Result<(), c10_cuda::Error> {
+        self.with_device(device, |d| d.set_block_tag(ptr, tag))?
+    }
+
+    fn plan(
+        &self,
+        device: u8,
+        miss: &Miss,
+        options: RoomOptions,
+        cost: &mut dyn FnMut(u64) -> Option<f64>,
+    ) -> Option<Vec<u64>> {
+        self.with_device(device, |d| d.plan_room(miss, options, cost))
+            .ok()
+            .flatten()
+            .map(|p| p.tags)
     }
 }
 
@@ -171,6 +237,11 @@ pub struct LiveBackend {
     /// the budget check before its "allocation" must not count it twice.
     pub(crate) staged_charge: u64,
     pub(crate) counters: LiveCounters,
+    /// The device's capacity when it is the budget (a device-memory budget).
+    pub(crate) device_capacity: Option<u64>,
+    /// Blocks reserved for the next run's outputs, in allocation order.
+    reserved: Vec<DevicePtr>,
+    last_miss: Option<Miss>,
 }
 
 trait StatsSourceSync: StatsSource + Send + Sync {}
@@ -198,6 +269,48 @@ impl LiveBackend {
             hashes: Vec::new(),
             staged_charge: 0,
             counters: LiveCounters::default(),
+            device_capacity: None,
+            reserved: Vec::new(),
+            last_miss: None,
+        }
+    }
+
+    /// Makes the device's capacity the budget (a device-memory budget), builder style.
+    ///
+    /// # Errors
+    /// When the device cannot report its memory.
+    pub(crate) fn on_device_budget(mut self) -> Result<Self, c10_cuda::Error> {
+        self.device_capacity = Some(self.stats.capacity(self.index)?);
+        Ok(self)
+    }
+
+    /// Hands the blocks reserved for a run back to the allocator, the last reserved first, so
+    /// that its state is as before the reservations and the run's allocations of the same
+    /// sizes in the same order land in them.
+    fn release_reserved(&mut self) -> Result<(), LiveError> {
+        while let Some(ptr) = self.reserved.pop() {
+            self.stats
+                .free(self.index, ptr)
+                .map_err(|e| LiveError::Internal {
+                    message: format!("freeing a reserved block: {e}"),
+                })?;
+        }
+        Ok(())
+    }
+
+    fn reserve(&mut self, bytes: u64) -> Result<AllocOutcome, BoxError> {
+        if bytes == 0 {
+            return Ok(AllocOutcome::Done);
+        }
+        match self.stats.try_malloc(self.index, bytes as usize)? {
+            Ok(ptr) => {
+                self.reserved.push(ptr);
+                Ok(AllocOutcome::Done)
+            }
+            Err(miss) => {
+                self.last_miss = Some(miss);
+                Ok(AllocOutcome::Miss)
+            }
         }
     }
 
@@ -309,6 +422,7 @@ impl LiveBackend {
             })?;
             inputs.push(v);
         }
+        self.release_reserved()?;
         let before = self.figures();
         let start = Instant::now();
         let outs = f(&inputs).map_err(|source| LiveError::Op {
@@ -369,6 +483,25 @@ impl LiveBackend {
                         });
                     }
                     Some(_) => self.counters.remat_checked += 1,
+                }
+            }
+        }
+        if let Some(capacity) = self.device_capacity {
+            if after.reserved > capacity {
+                return Err(LiveError::Internal {
+                    message: format!(
+                        "{name}: {} bytes reserved on a device of {capacity} bytes",
+                        after.reserved
+                    ),
+                });
+            }
+            // Tag each fresh output's block with its storage, for the window plans.
+            let op = &self.ops[op_index];
+            for (k, (&t, &s)) in req.outputs.iter().zip(req.output_storages).enumerate() {
+                if op.outputs[k].alias.is_none() && !req.duplicates.contains(&t) && !constant {
+                    let ptr = outs[k].storage().data_ptr() as DevicePtr;
+                    // A block the allocator did not hand out (a zero-byte tensor) has no tag.
+                    let _ = self.stats.set_tag(self.index, ptr, u64::from(s.0));
                 }
             }
         }
@@ -474,5 +607,51 @@ impl Backend for LiveBackend {
 
     fn charged_bytes(&self, bytes: u64) -> u64 {
         self.charge_for(bytes)
+    }
+
+    fn device_capacity(&self) -> Option<u64> {
+        self.device_capacity
+    }
+
+    fn try_allocate(&mut self, request: AllocRequest) -> Result<AllocOutcome, BoxError> {
+        if self.device_capacity.is_none() || self.staged_charge > 0 {
+            // Counting budget, or a device tensor adopted as a constant (already allocated).
+            return Ok(AllocOutcome::Done);
+        }
+        self.reserve(request.bytes)
+    }
+
+    fn try_allocate_scratch(&mut self, bytes: u64) -> Result<AllocOutcome, BoxError> {
+        if self.device_capacity.is_none() {
+            return Ok(AllocOutcome::Done);
+        }
+        // The recomputed copies are allocated by the run like its other outputs.
+        self.reserve(bytes)
+    }
+
+    fn free_scratch(&mut self) -> Result<(), BoxError> {
+        // The run already handed its reservations back; this returns those of a run that
+        // failed before it started.
+        self.release_reserved().map_err(|e| Box::new(e) as BoxError)
+    }
+
+    fn plan_room(
+        &mut self,
+        cost: &dyn Fn(StorageId) -> Option<f64>,
+        byte_credit: f64,
+        out: &mut Vec<StorageId>,
+    ) -> Result<u64, BoxError> {
+        let Some(miss) = self.last_miss else {
+            return Ok(0);
+        };
+        let options = RoomOptions {
+            byte_credit,
+            ..RoomOptions::default()
+        };
+        let mut lookup = |tag: u64| u32::try_from(tag).ok().and_then(|t| cost(StorageId(t)));
+        if let Some(tags) = self.stats.plan(self.index, &miss, options, &mut lookup) {
+            out.extend(tags.iter().map(|&t| StorageId(t as u32)));
+        }
+        Ok(0)
     }
 }

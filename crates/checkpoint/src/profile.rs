@@ -26,4 +26,11 @@ pub struct Profile {
     pub peak_bytes: u64,
     /// Bytes of constants created.
     pub constant_bytes: u64,
+    /// Allocations the device could not serve at first (device-memory budget), each answered
+    /// by evictions.
+    pub misses: u64,
+    /// Allocator blocks looked at by the window plans (device-memory budget).
+    pub scanned_blocks: u64,
+    /// In-place updates that kept their storage's address (device-memory budget).
+    pub in_place: u64,
 }

@@ -18,6 +18,7 @@
 use std::io::Write;
 
 use crate::backend::{Backend, RunRequest};
+use crate::device_budget::Strategy;
 use crate::error::{Error, Result};
 use crate::estar::EStar;
 use crate::graph::{NONE, Op, OpId, Storage, StorageId, StorageState, Tensor, TensorId};
@@ -63,6 +64,13 @@ pub struct Config {
     pub refuse_aliased_mutation: bool,
     /// Seed of the random choices (sampling, the random heuristic).
     pub seed: u64,
+    /// How to make room when a backend with a device-memory budget misses
+    /// ([`crate::device_budget`]); unused otherwise.
+    pub strategy: Strategy,
+    /// In-place updates keep the address under a device budget: a mutated storage whose only
+    /// reference is the one being moved hands its bytes to the new version (and is evicted:
+    /// it can be recomputed) instead of the new version allocating a copy.
+    pub in_place: bool,
 }
 
 impl Default for Config {
@@ -76,6 +84,8 @@ impl Default for Config {
             remat_limit_ns: None,
             refuse_aliased_mutation: true,
             seed: 0x5eed,
+            strategy: Strategy::default(),
+            in_place: false,
         }
     }
 }
@@ -204,6 +214,11 @@ pub struct Runtime<B: Backend> {
     scratch_outs: Vec<TensorId>,
     scratch_out_storages: Vec<StorageId>,
     pub(crate) scratch_roots: Vec<u32>,
+    /// Window costs by storage index during a plan (NaN: not evictable).
+    pub(crate) room_costs: Vec<f64>,
+    pub(crate) room_victims: Vec<StorageId>,
+    /// In-place updates being run: (new storage, old storage whose bytes it takes).
+    in_place: Vec<(StorageId, StorageId)>,
 }
 
 impl<B: Backend> Runtime<B> {
@@ -237,6 +252,9 @@ impl<B: Backend> Runtime<B> {
             scratch_outs: Vec::new(),
             scratch_out_storages: Vec::new(),
             scratch_roots: Vec::new(),
+            room_costs: Vec::new(),
+            room_victims: Vec::new(),
+            in_place: Vec::new(),
         }
     }
 
@@ -506,11 +524,31 @@ impl<B: Backend> Runtime<B> {
             }
             outputs.push(OutputSpec::fresh(self.storages[s.index()].size));
         }
+        let in_place = self.config.in_place
+            && self.config.release == ReleasePolicy::Eager
+            && self.backend.device_capacity().is_some();
+        let first_new = self.storages.len() as u32;
+        if in_place {
+            for (k, &m) in mutated.iter().enumerate() {
+                let (a, s) = (args[m], self.tensors[args[m].index()].storage);
+                let st = &self.storages[s.index()];
+                // Only when the old version dies with this move and nothing else holds it.
+                let sole = st.ext_refs == 1 && self.tensors[a.index()].ext_refs == 1;
+                let dup = mutated[..k]
+                    .iter()
+                    .any(|&p| self.tensors[args[p].index()].storage == s);
+                if sole && !dup && !st.pinned && !st.constant {
+                    self.in_place.push((StorageId(first_new + k as u32), s));
+                }
+            }
+        }
         let outs = self.compute(OpSpec {
             cost,
             args,
             outputs: &outputs,
-        })?;
+        });
+        self.in_place.clear();
+        let outs = outs?;
         for &m in mutated {
             self.release(args[m])?;
         }
@@ -805,6 +843,19 @@ impl<B: Backend> Runtime<B> {
             .sum()
     }
 
+    /// The storage whose bytes fresh storage `s` takes over (an in-place update's first run
+    /// under a device budget), if it is still in memory.
+    fn in_place_source(&self, s: StorageId, remat: bool) -> Option<StorageId> {
+        if remat || self.in_place.is_empty() {
+            return None;
+        }
+        self.in_place
+            .iter()
+            .find(|&&(new, _)| new == s)
+            .map(|&(_, old)| old)
+            .filter(|old| self.storages[old.index()].is_material())
+    }
+
     /// Releases the locks of every frame above `base` and drops those frames.
     fn unwind(&mut self, base: usize) {
         while self.frames.len() > base {
@@ -852,17 +903,32 @@ impl<B: Backend> Runtime<B> {
             }
         }
         // Memory: every fresh output of the call, duplicates included, until the run ends.
+        // Under a device budget the peak is taken once the device gave the bytes (making
+        // room evicts in between).
         self.memory += total;
-        if self.memory > self.profile.peak_bytes {
+        let device = self.backend.device_capacity().is_some();
+        if !device && self.memory > self.profile.peak_bytes {
             self.profile.peak_bytes = self.memory;
         }
         let mut result = Ok(());
         for &s in &fresh {
             let bytes = self.storages[s.index()].size;
-            if let Err(e) = self.backend.allocate(s, bytes) {
+            if device {
+                let from = self.in_place_source(s, remat);
+                if let Err(e) = self.allocate_on_device(s, from) {
+                    result = Err(e);
+                    break;
+                }
+            } else if let Err(e) = self.backend.allocate(s, bytes) {
                 result = Err(Error::Backend(e));
                 break;
             }
+        }
+        if result.is_ok() && device && dup_bytes > 0 {
+            result = self.allocate_scratch_on_device(dup_bytes);
+        }
+        if result.is_ok() && device && self.memory > self.profile.peak_bytes {
+            self.profile.peak_bytes = self.memory;
         }
         let mut outs = std::mem::take(&mut self.scratch_outs);
         outs.clear();
@@ -873,24 +939,32 @@ impl<B: Backend> Runtime<B> {
         let cost = match result {
             Ok(()) => {
                 let o = &self.ops[op.index()];
-                self.backend
-                    .run(RunRequest {
-                        op,
-                        args: &o.args,
-                        outputs: &outs,
-                        output_storages: &out_storages,
-                        duplicates: &dups,
-                        duplicate_bytes: dup_bytes,
-                        remat,
-                        known_cost: o.cost,
-                    })
-                    .map_err(Error::Backend)
+                let ran = self.backend.run(RunRequest {
+                    op,
+                    args: &o.args,
+                    outputs: &outs,
+                    output_storages: &out_storages,
+                    duplicates: &dups,
+                    duplicate_bytes: dup_bytes,
+                    remat,
+                    known_cost: o.cost,
+                });
+                let freed = if device && dup_bytes > 0 {
+                    self.backend.free_scratch()
+                } else {
+                    Ok(())
+                };
+                ran.and_then(|c| freed.map(|()| c)).map_err(Error::Backend)
             }
             Err(e) => Err(e),
         };
         let cost = match cost {
             Ok(c) => c,
             Err(e) => {
+                if device {
+                    // Reservations made for a run that did not happen go back.
+                    let _ = self.backend.free_scratch();
+                }
                 self.memory -= total;
                 self.scratch_dups = dups;
                 self.scratch_new = newly;
@@ -970,7 +1044,11 @@ impl<B: Backend> Runtime<B> {
             st.state = StorageState::Evicted;
         }
         let size = self.storages[s.index()].size;
-        self.memory -= size;
+        if std::mem::take(&mut self.storages[s.index()].donated) {
+            // An in-place update took its bytes; they count for the new version.
+        } else {
+            self.memory -= size;
+        }
         self.pool_remove(s);
         let n = self.storages[s.index()].tensors.len();
         for i in 0..n {

@@ -9,6 +9,7 @@
 //!   `OutputCondition.REMATERIALIZE`), which can itself run out of memory or thrash.
 
 use crate::backend::{Backend, NullBackend};
+use crate::device_budget::Strategy;
 use crate::error::Error;
 use crate::graph::TensorId;
 use crate::heuristic::Heuristic;
@@ -193,6 +194,10 @@ pub struct SimOptions {
     pub remat_limit_ns: Option<u64>,
     /// Seed of random choices.
     pub seed: u64,
+    /// How to make room on a miss when the backend has a device-memory budget.
+    pub strategy: Strategy,
+    /// In-place updates keep the address under a device budget ([`Config::in_place`]).
+    pub in_place: bool,
 }
 
 impl Default for SimOptions {
@@ -205,6 +210,8 @@ impl Default for SimOptions {
             release: ReleasePolicy::Eager,
             remat_limit_ns: None,
             seed: 0x5eed,
+            strategy: Strategy::default(),
+            in_place: false,
         }
     }
 }
@@ -222,6 +229,8 @@ impl SimOptions {
             remat_limit_ns: self.remat_limit_ns,
             refuse_aliased_mutation: false,
             seed: self.seed,
+            strategy: self.strategy,
+            in_place: self.in_place,
         }
     }
 }

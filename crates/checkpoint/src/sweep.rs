@@ -1,14 +1,18 @@
 //! Budget sweeps as in the paper's simulated evaluation (simrd's `run_pareto`): the
 //! unbudgeted baseline, then one run per (heuristic, budget ratio) with budget
 //! `floor(ratio × baseline peak)` and a thrashing cutoff at `overhead_limit × baseline
-//! compute`; plus the text table.
+//! compute`; plus the text table. With [`DeviceOptions`] every budget is a device's capacity
+//! ([`crate::device_budget`]) and each eviction strategy runs at every budget.
 
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use c10_cuda::config::AllocatorConfig;
+
 use crate::allocator_backend::{AllocatorBackend, AllocatorReport};
 use crate::backend::NullBackend;
 use crate::budget::budget_for_ratio;
+use crate::device_budget::Strategy;
 use crate::error::Error;
 use crate::heuristic::Heuristic;
 use crate::log::Log;
@@ -40,6 +44,33 @@ pub struct SweepOptions {
     pub ignore_small_tensors: bool,
     /// Seed of random choices.
     pub seed: u64,
+    /// Treat every budget as a device's capacity (`None`: the budget counts bytes).
+    pub device: Option<DeviceOptions>,
+}
+
+/// A device-memory budget sweep: the budget is the capacity of an address-only simulated
+/// device under the caching allocator, and every strategy runs at every budget.
+#[derive(Clone, Debug)]
+pub struct DeviceOptions {
+    /// Eviction strategies, each run at every (heuristic, budget).
+    pub strategies: Vec<Strategy>,
+    /// The allocator's settings (PYTORCH_CUDA_ALLOC_CONF; PyTorch's defaults by default).
+    pub alloc_conf: AllocatorConfig,
+    /// Coop's partition of cheap and expensive storages ([`AllocatorBackend::with_partition`]).
+    pub partition: bool,
+    /// In-place updates keep the address ([`crate::Config::in_place`]).
+    pub in_place: bool,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        DeviceOptions {
+            strategies: vec![Strategy::default()],
+            alloc_conf: AllocatorConfig::default(),
+            partition: false,
+            in_place: false,
+        }
+    }
 }
 
 impl Default for SweepOptions {
@@ -53,6 +84,7 @@ impl Default for SweepOptions {
             sampling: false,
             ignore_small_tensors: false,
             seed: 0x5eed,
+            device: None,
         }
     }
 }
@@ -62,6 +94,8 @@ impl Default for SweepOptions {
 pub struct SweepRun {
     /// The heuristic.
     pub heuristic: Heuristic,
+    /// The strategy, under a device-memory budget.
+    pub strategy: Option<Strategy>,
     /// The budget ratio (budget / baseline peak for explicit budgets).
     pub ratio: f64,
     /// The budget, bytes.
@@ -103,8 +137,36 @@ pub fn run_budget(
     budget_bytes: u64,
     options: &SweepOptions,
 ) -> Result<SweepRun, SimError> {
+    run_one(log, baseline, heuristic, None, budget_bytes, options)
+}
+
+/// Runs one simulation of `log` on a device of `capacity` bytes with `strategy`
+/// (the settings of `options.device`, or PyTorch's defaults).
+///
+/// # Errors
+/// [`SimError`] when the log is inconsistent or the allocator fails.
+pub fn run_device_budget(
+    log: &Log,
+    baseline: &Baseline,
+    heuristic: Heuristic,
+    strategy: Strategy,
+    capacity: u64,
+    options: &SweepOptions,
+) -> Result<SweepRun, SimError> {
+    run_one(log, baseline, heuristic, Some(strategy), capacity, options)
+}
+
+fn run_one(
+    log: &Log,
+    baseline: &Baseline,
+    heuristic: Heuristic,
+    strategy: Option<Strategy>,
+    budget_bytes: u64,
+    options: &SweepOptions,
+) -> Result<SweepRun, SimError> {
     let limit = baseline.compute_ns as f64 * (options.overhead_limit - 1.0);
-    let sim_options = SimOptions {
+    let device = strategy.map(|s| (s, options.device.clone().unwrap_or_default()));
+    let mut sim_options = SimOptions {
         budget: Some(budget_bytes),
         heuristic,
         sampling: options.sampling,
@@ -113,8 +175,21 @@ pub fn run_budget(
         seed: options.seed,
         ..SimOptions::default()
     };
+    let backend_error = |e: c10_cuda::Error| SimError {
+        line: 0,
+        source: Error::Backend(Box::new(e)),
+    };
     let start = Instant::now();
-    let (result, allocator) = if options.with_allocator {
+    let (result, allocator) = if let Some((strategy, d)) = device {
+        sim_options.budget = None;
+        sim_options.strategy = strategy;
+        sim_options.in_place = d.in_place;
+        let backend = AllocatorBackend::on_device(d.alloc_conf.clone(), budget_bytes)
+            .map_err(backend_error)?
+            .with_partition(d.partition);
+        let (r, b) = sim::run(log, &sim_options, backend)?;
+        (r, Some(b.report()))
+    } else if options.with_allocator {
         let backend = AllocatorBackend::new().map_err(|e| SimError {
             line: 0,
             source: Error::Backend(Box::new(e)),
@@ -133,6 +208,7 @@ pub fn run_budget(
     };
     Ok(SweepRun {
         heuristic,
+        strategy,
         ratio,
         budget_bytes,
         overhead: result.overhead(baseline.compute_ns),
@@ -149,15 +225,21 @@ pub fn run_budget(
 pub fn sweep(log: &Log, options: &SweepOptions) -> Result<Sweep, SimError> {
     let baseline = sim::baseline(log)?;
     let mut runs = Vec::new();
+    let strategies: Vec<Option<Strategy>> = match &options.device {
+        Some(d) => d.strategies.iter().copied().map(Some).collect(),
+        None => vec![None],
+    };
     for &h in &options.heuristics {
-        for &ratio in &options.ratios {
-            let budget = budget_for_ratio(baseline.peak_bytes, ratio);
-            let mut run = run_budget(log, &baseline, h, budget, options)?;
-            run.ratio = ratio;
-            runs.push(run);
-        }
-        for &budget in &options.budgets {
-            runs.push(run_budget(log, &baseline, h, budget, options)?);
+        for &strategy in &strategies {
+            for &ratio in &options.ratios {
+                let budget = budget_for_ratio(baseline.peak_bytes, ratio);
+                let mut run = run_one(log, &baseline, h, strategy, budget, options)?;
+                run.ratio = ratio;
+                runs.push(run);
+            }
+            for &budget in &options.budgets {
+                runs.push(run_one(log, &baseline, h, strategy, budget, options)?);
+            }
         }
     }
     Ok(Sweep { baseline, runs })
@@ -228,6 +310,75 @@ pub fn table(sweep: &Sweep, allocator: bool) -> String {
             }
         }
         out.push('\n');
+    }
+    out
+}
+
+/// The smallest ratio among `runs` (one strategy and heuristic) whose run completed with
+/// overhead at most `limit` (the 1.5), with that overhead.
+pub fn smallest_ratio<'a>(
+    runs: impl IntoIterator<Item = &'a SweepRun>,
+    limit: f64,
+) -> Option<(f64, f64)> {
+    runs.into_iter()
+        .filter_map(|r| r.overhead.filter(|&o| o <= limit).map(|o| (r.ratio, o)))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// A device-memory budget sweep as a text table: one row per run with strategy, heuristic,
+/// ratio, device capacity (GB = 1e9 bytes), status, overhead, the allocator's peak reserved
+/// and allocated bytes (GB), evictions, rematerializations, misses, fragmentation at the
+/// reserved peak and search time (ms).
+pub fn device_table(sweep: &Sweep) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "baseline: peak {:.3} GB ({} bytes), compute {:.3} ms",
+        sweep.baseline.peak_bytes as f64 / GB,
+        sweep.baseline.peak_bytes,
+        sweep.baseline.compute_ns as f64 / 1e6
+    );
+    let _ = writeln!(
+        out,
+        "{:<14} {:<10} {:>5} {:>10} {:>6} {:>9} {:>11} {:>12} {:>9} {:>7} {:>7} {:>6} {:>9}",
+        "strategy",
+        "heuristic",
+        "ratio",
+        "device GB",
+        "status",
+        "overhead",
+        "reserved GB",
+        "allocated GB",
+        "evictions",
+        "remats",
+        "misses",
+        "frag",
+        "search ms"
+    );
+    for r in &sweep.runs {
+        let overhead = match r.overhead {
+            Some(o) => format!("{o:.4}"),
+            None => "-".into(),
+        };
+        let a = r.allocator.unwrap_or_default();
+        let p = &r.result.profile;
+        let _ = writeln!(
+            out,
+            "{:<14} {:<10} {:>5.2} {:>10.3} {:>6} {:>9} {:>11.3} {:>12.3} {:>9} {:>7} {:>7} {:>5.1}% {:>9.2}",
+            r.strategy.map_or("-", Strategy::name),
+            r.heuristic.name(),
+            r.ratio,
+            r.budget_bytes as f64 / GB,
+            r.status().as_str(),
+            overhead,
+            a.peak_reserved_bytes as f64 / GB,
+            a.peak_allocated_bytes as f64 / GB,
+            p.evictions,
+            p.remats,
+            p.misses,
+            a.fragmentation() * 100.0,
+            p.search_ns as f64 / 1e6
+        );
     }
     out
 }

@@ -33,6 +33,7 @@ fn config(budget: Option<u64>) -> LiveConfig {
         },
         check_remat: true,
         cost: CostModel::Estimated,
+        device_budget: false,
     }
 }
 

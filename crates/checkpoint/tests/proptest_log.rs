@@ -1,9 +1,11 @@
 //! Fuzzing the log reader and the simulator with mutated logs: any text gives a log or a
 //! line-numbered error, and any log that parses runs to OK, OOM, THRASH or a line-numbered
-//! error under every heuristic, never a panic, and never above its budget.
+//! error under every heuristic, never a panic, and never above its budget; and under a
+//! device-memory budget every strategy keeps reserved bytes under the device's capacity.
 
+use c10_cuda::config::AllocatorConfig;
 use checkpoint::sim::{self, SimOptions};
-use checkpoint::{Heuristic, NullBackend, ReleasePolicy, log};
+use checkpoint::{AllocatorBackend, Heuristic, NullBackend, ReleasePolicy, log};
 use proptest::prelude::*;
 
 /// A seed log exercising every instruction: constants, copies, views, a multi-output call,
@@ -191,6 +193,32 @@ fn run_everything(text: &str) {
                 };
                 if let Ok((r, _)) = sim::run(&lg, &options, NullBackend) {
                     assert!(r.profile.peak_bytes <= budget, "{h} {ratio}: over budget");
+                }
+            }
+        }
+    }
+    // Device budgets: one 2 MiB small segment, two, and room for many.
+    for strategy in [
+        checkpoint::Strategy::Callback,
+        checkpoint::Strategy::Window,
+        checkpoint::Strategy::WindowFirst,
+    ] {
+        for capacity in [2u64 << 20, 4 << 20, 64 << 20] {
+            for in_place in [false, true] {
+                let options = SimOptions {
+                    strategy,
+                    in_place,
+                    remat_limit_ns: Some(base.compute_ns),
+                    ..SimOptions::default()
+                };
+                let backend = AllocatorBackend::on_device(AllocatorConfig::default(), capacity)
+                    .expect("allocator");
+                if let Ok((_, b)) = sim::run(&lg, &options, backend) {
+                    let a = b.report();
+                    assert!(
+                        a.peak_reserved_bytes <= capacity,
+                        "{strategy} on {capacity}: reserved over the device"
+                    );
                 }
             }
         }

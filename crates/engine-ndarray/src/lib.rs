@@ -89,6 +89,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use aten::layout::{broadcast_shapes, wrap_dim};
+use aten::promotion::promote_integer_to_float;
 use aten::{Tensor, TensorOptions};
 use c10_core::{Device, DeviceType, Element, ScalarType};
 
@@ -615,20 +616,20 @@ impl NDArray {
         Ok(out)
     }
 
-    /// An elementwise op of one input: same shape and dtype.
+    /// An elementwise op of one input: same shape, the result dtype `dtype` (aten's for the op).
     fn unary(
         &self,
         name: &'static str,
+        dtype: ScalarType,
         kernel: impl FnOnce(&Tensor) -> aten::Result<Tensor> + Send + 'static,
     ) -> Result<NDArray> {
         let a = self.tensor.clone();
-        self.map_op(name, &[self], self.shape(), self.dtype(), move || {
-            kernel(&a)
-        })
+        self.map_op(name, &[self], self.shape(), dtype, move || kernel(&a))
     }
 
-    /// A broadcasting elementwise op of two inputs: the broadcast shape, this array's dtype
-    /// (aten checks that both agree when the op runs).
+    /// A broadcasting elementwise op of two inputs: the broadcast shape and aten's promoted
+    /// dtype ([`aten::promotion::result_type`]; lifted to `Float` from integers for true
+    /// division).
     fn binary(
         &self,
         other: &NDArray,
@@ -636,10 +637,12 @@ impl NDArray {
         kernel: fn(&Tensor, &Tensor) -> aten::Result<Tensor>,
     ) -> Result<NDArray> {
         let shape = broadcast_shapes(name, self.shape(), other.shape())?;
+        let mut dtype = self.tensor.result_type(&other.tensor);
+        if name == "div" {
+            dtype = promote_integer_to_float(dtype);
+        }
         let (a, b) = (self.tensor.clone(), other.tensor.clone());
-        self.map_op(name, &[self, other], &shape, self.dtype(), move || {
-            kernel(&a, &b)
-        })
+        self.map_op(name, &[self, other], &shape, dtype, move || kernel(&a, &b))
     }
 
     /// An in-place op with `other` broadcast to this array.
@@ -690,7 +693,8 @@ impl NDArray {
         self.binary(other, "mul", Tensor::mul)
     }
 
-    /// `self / other` with broadcasting, pushed (aten's `div`; floating dtypes).
+    /// `self / other` with broadcasting, pushed (aten's `div`: true division, integers give
+    /// `Float`).
     ///
     /// # Errors
     /// As [`NDArray::add`].
@@ -716,10 +720,14 @@ impl NDArray {
 
     /// `self + value`, pushed (aten's `add_scalar`; MXNet's `_plus_scalar`).
     ///
+    /// `value` is a Python float for type promotion, as in aten: an integer array gives a
+    /// `Float` result.
+    ///
     /// # Errors
-    /// Push errors; through the engine, aten's (a fractional scalar on an integer array).
+    /// Push errors; through the engine, aten's dtype and device errors.
     pub fn add_scalar(&self, value: f64) -> Result<NDArray> {
-        self.unary("add_scalar", move |t| t.add_scalar(value))
+        let dtype = self.tensor.result_type_scalar(value);
+        self.unary("add_scalar", dtype, move |t| t.add_scalar(value))
     }
 
     /// `self * value`, pushed (aten's `mul_scalar`; MXNet's `_mul_scalar`).
@@ -727,7 +735,8 @@ impl NDArray {
     /// # Errors
     /// As [`NDArray::add_scalar`].
     pub fn mul_scalar(&self, value: f64) -> Result<NDArray> {
-        self.unary("mul_scalar", move |t| t.mul_scalar(value))
+        let dtype = self.tensor.result_type_scalar(value);
+        self.unary("mul_scalar", dtype, move |t| t.mul_scalar(value))
     }
 
     /// `-self`, pushed.
@@ -735,15 +744,15 @@ impl NDArray {
     /// # Errors
     /// Push errors; through the engine, aten's dtype and device errors.
     pub fn neg(&self) -> Result<NDArray> {
-        self.unary("neg", Tensor::neg)
+        self.unary("neg", self.dtype(), Tensor::neg)
     }
 
-    /// `exp(self)`, pushed (floating dtypes).
+    /// `exp(self)`, pushed (integer arrays give `Float`, as aten).
     ///
     /// # Errors
     /// As [`NDArray::neg`].
     pub fn exp(&self) -> Result<NDArray> {
-        self.unary("exp", Tensor::exp)
+        self.unary("exp", promote_integer_to_float(self.dtype()), Tensor::exp)
     }
 
     /// `max(self, 0)`, pushed (MXNet's `relu`).
@@ -751,23 +760,27 @@ impl NDArray {
     /// # Errors
     /// As [`NDArray::neg`].
     pub fn relu(&self) -> Result<NDArray> {
-        self.unary("relu", Tensor::relu)
+        self.unary("relu", self.dtype(), Tensor::relu)
     }
 
-    /// `sigmoid(self)`, pushed (floating dtypes).
+    /// `sigmoid(self)`, pushed (integer arrays give `Float`, as aten).
     ///
     /// # Errors
     /// As [`NDArray::neg`].
     pub fn sigmoid(&self) -> Result<NDArray> {
-        self.unary("sigmoid", Tensor::sigmoid)
+        self.unary(
+            "sigmoid",
+            promote_integer_to_float(self.dtype()),
+            Tensor::sigmoid,
+        )
     }
 
-    /// `tanh(self)`, pushed (floating dtypes).
+    /// `tanh(self)`, pushed (integer arrays give `Float`, as aten).
     ///
     /// # Errors
     /// As [`NDArray::neg`].
     pub fn tanh(&self) -> Result<NDArray> {
-        self.unary("tanh", Tensor::tanh)
+        self.unary("tanh", promote_integer_to_float(self.dtype()), Tensor::tanh)
     }
 
     /// The softmax along `dim`, pushed (aten's `softmax`; MXNet's `softmax`).
@@ -777,7 +790,7 @@ impl NDArray {
     /// device errors.
     pub fn softmax(&self, dim: i64) -> Result<NDArray> {
         wrap_dim("softmax", dim, self.shape().len())?;
-        self.unary("softmax", move |t| t.softmax(dim))
+        self.unary("softmax", self.dtype(), move |t| t.softmax(dim))
     }
 
     /// The sum over `dims` (all when empty), keeping them as size 1 if `keepdim`, pushed

@@ -433,10 +433,13 @@ fn an_op_error_is_delivered_once_on_wait_to_read_and_skips_dependents() {
 
                 // The output of a failing op: the error comes on its wait_to_read, once.
                 let wide = NDArray::zeros(&engine, &[2, 2], ScalarType::Double).unwrap();
-                let c = a.add(&wide).unwrap(); // aten checks dtypes when the kernel runs
+                let c = a.matmul(&wide).unwrap(); // aten checks dtypes when the kernel runs
                 let err = c.wait_to_read().unwrap_err();
                 assert!(err.is_op_failure(), "{name}: {err}");
-                assert!(err.to_string().contains("op `add` failed"), "{name}: {err}");
+                assert!(
+                    err.to_string().contains("op `matmul` failed"),
+                    "{name}: {err}"
+                );
                 assert!(
                     matches!(err.tensor_error(), Some(aten::Error::DtypeMismatch { .. })),
                     "{name}: {err}"
@@ -445,13 +448,16 @@ fn an_op_error_is_delivered_once_on_wait_to_read_and_skips_dependents() {
                 engine.wait_for_all().unwrap();
 
                 // Dependents of a failed op are skipped and inherit its error.
-                let c = a.add(&wide).unwrap();
+                let c = a.matmul(&wide).unwrap();
                 let d = c.relu().unwrap(); // skipped
                 let e = NDArray::zeros(&engine, &[2, 2], ScalarType::Float).unwrap();
                 count_into(&d, &e); // skipped
                 let f = e.tanh().unwrap(); // skipped
                 let err = f.wait_to_read().unwrap_err();
-                assert!(err.to_string().contains("op `add` failed"), "{name}: {err}");
+                assert!(
+                    err.to_string().contains("op `matmul` failed"),
+                    "{name}: {err}"
+                );
                 assert_eq!(ran.load(Ordering::SeqCst), 0, "{name}: a dependent op ran");
                 // Delivered once: every array that shared it is clean now.
                 for array in [&c, &d, &e, &f] {
@@ -496,7 +502,7 @@ fn the_naive_engine_reports_an_op_error_from_the_call() {
     let engine = common::build(EngineKind::Naive, 1);
     let a = NDArray::zeros(&engine, &[2], ScalarType::Float).unwrap();
     let wide = NDArray::zeros(&engine, &[2], ScalarType::Double).unwrap();
-    let err: NDArrayError = a.mul(&wide).unwrap_err();
+    let err: NDArrayError = a.matmul(&wide).unwrap_err();
     assert!(err.is_op_failure(), "{err}");
     assert!(matches!(
         err.tensor_error(),
@@ -504,6 +510,31 @@ fn the_naive_engine_reports_an_op_error_from_the_call() {
     ));
     a.wait_to_read().unwrap();
     engine.wait_for_all().unwrap();
+}
+
+#[test]
+fn results_have_aten_s_promoted_dtypes() {
+    for (name, engine) in common::threaded(1) {
+        let f = NDArray::from_slice(&engine, &[1.0f32, 2.0], &[2], Device::cpu()).unwrap();
+        let d = NDArray::from_slice(&engine, &[0.5f64, 0.25], &[2], Device::cpu()).unwrap();
+        let l = NDArray::from_slice(&engine, &[-5i64, 7], &[2], Device::cpu()).unwrap();
+        let m = NDArray::from_slice(&engine, &[-2i64, 2], &[2], Device::cpu()).unwrap();
+        let sum = f.add(&d).unwrap();
+        assert_eq!(sum.dtype(), ScalarType::Double, "{name}");
+        assert_eq!(sum.to_vec::<f64>().unwrap(), [1.5, 2.25], "{name}");
+        let q = l.div(&m).unwrap();
+        assert_eq!(q.dtype(), ScalarType::Float, "{name}");
+        assert_eq!(q.to_vec::<f32>().unwrap(), [2.5, 3.5], "{name}");
+        let s = l.add_scalar(0.5).unwrap();
+        assert_eq!(s.to_vec::<f32>().unwrap(), [-4.5, 7.5], "{name}");
+        assert_eq!(l.exp().unwrap().dtype(), ScalarType::Float, "{name}");
+        assert_eq!(
+            l.mul(&m).unwrap().to_vec::<i64>().unwrap(),
+            [10, 14],
+            "{name}"
+        );
+        engine.wait_for_all().unwrap();
+    }
 }
 
 #[test]

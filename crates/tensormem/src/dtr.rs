@@ -1,11 +1,14 @@
 //! `tensormem dtr LOG`: Dynamic Tensor Rematerialization simulated on one of the DTR paper's
-//! operator logs under hard budgets (the `checkpoint` crate), as a table, JSON or an SVG plot.
+//! operator logs under hard budgets (the `checkpoint` crate), as a table, JSON or an SVG plot;
+//! with `--device-budget` every budget is the capacity of a simulated device under the caching
+//! allocator and each eviction strategy runs at every budget, beside the allocator-blind run.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use checkpoint::sweep::{self, Sweep, SweepOptions};
-use checkpoint::{Heuristic, log};
+use c10_cuda::config::AllocatorConfig;
+use checkpoint::sweep::{self, DeviceOptions, Sweep, SweepOptions};
+use checkpoint::{Heuristic, Strategy, log};
 use plotters::prelude::*;
 
 use tensormem::size::parse_size;
@@ -47,7 +50,40 @@ pub struct DtrArgs {
     /// Stop a run with THRASH once its compute passes this multiple of the baseline.
     #[arg(long, value_name = "X", default_value_t = 2.0)]
     pub overhead_limit: f64,
+    /// Ratios step, step x 2, ..., 1.0 instead of 0.1, ..., 1.0 (e.g. 0.05).
+    #[arg(long, value_name = "R", conflicts_with_all = ["ratio", "budget"])]
+    pub step: Option<f64>,
+    /// Every ratio or budget is the capacity of an address-only simulated device under the
+    /// caching allocator: reserved bytes can never pass it, and the allocator's misses drive
+    /// eviction (--strategy). The allocator-blind run is shown beside.
+    #[arg(long)]
+    pub device_budget: bool,
+    /// With --device-budget, how to make room on a miss: callback, window, window-total,
+    /// window-score, window-first (comma-separated or repeated; default window, or all of them
+    /// with --sweep).
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_delimiter = ',',
+        requires = "device_budget"
+    )]
+    pub strategy: Vec<String>,
+    /// With --device-budget, the caching allocator's settings (PYTORCH_CUDA_ALLOC_CONF, e.g.
+    /// "expandable_segments:True"; default PyTorch's).
+    #[arg(long, value_name = "CONF", requires = "device_budget")]
+    pub alloc_conf: Option<String>,
+    /// With --device-budget, Coop's partition: storages cheap to recompute per byte take the
+    /// low end of a split block, expensive ones the high end.
+    #[arg(long, requires = "device_budget")]
+    pub partition: bool,
+    /// With --device-budget, in-place updates (MUTATE) keep the address when the old version
+    /// dies with the update, instead of allocating a copy.
+    #[arg(long, requires = "device_budget")]
+    pub in_place: bool,
 }
+
+/// The overhead limit of the smallest-budget summary (the 1.5).
+const SUMMARY_OVERHEAD: f64 = 1.5;
 
 impl DtrArgs {
     fn options(&self) -> Result<SweepOptions, String> {
@@ -59,7 +95,7 @@ impl DtrArgs {
                         .map_err(|e| format!("--heuristic: {e}"))
                 })
                 .collect::<Result<Vec<_>, _>>()?
-        } else if self.sweep {
+        } else if self.sweep && !self.device_budget {
             Heuristic::ALL.to_vec()
         } else {
             vec![Heuristic::DtrEq]
@@ -75,7 +111,45 @@ impl DtrArgs {
                 let bytes = parse_size(b).map_err(|e| format!("--budget: {e}"))?;
                 (Vec::new(), vec![bytes as u64])
             }
-            (None, None) => (sweep::paper_ratios(), Vec::new()),
+            (None, None) => match self.step {
+                Some(step) => {
+                    if !(step.is_finite() && step > 0.0 && step <= 1.0) {
+                        return Err(format!(
+                            "--step {step}: expected a step in (0, 1] (e.g. 0.05)"
+                        ));
+                    }
+                    let n = (1.0 / step + 1e-9).floor() as usize;
+                    ((1..=n).map(|k| k as f64 * step).collect(), Vec::new())
+                }
+                None => (sweep::paper_ratios(), Vec::new()),
+            },
+        };
+        let device = if self.device_budget {
+            let strategies = if !self.strategy.is_empty() {
+                self.strategy
+                    .iter()
+                    .map(|s| {
+                        s.parse::<Strategy>()
+                            .map_err(|e| format!("--strategy: {e}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            } else if self.sweep {
+                Strategy::ALL.to_vec()
+            } else {
+                vec![Strategy::default()]
+            };
+            let alloc_conf = match &self.alloc_conf {
+                Some(c) => AllocatorConfig::parse(c).map_err(|e| format!("--alloc-conf: {e}"))?,
+                None => AllocatorConfig::default(),
+            };
+            Some(DeviceOptions {
+                strategies,
+                alloc_conf,
+                partition: self.partition,
+                in_place: self.in_place,
+            })
+        } else {
+            None
         };
         if !(self.overhead_limit.is_finite() && self.overhead_limit >= 1.0) {
             return Err(format!(
@@ -91,8 +165,19 @@ impl DtrArgs {
             with_allocator: self.with_allocator,
             sampling: self.sampling,
             ignore_small_tensors: self.ignore_small_tensors,
+            device,
             ..SweepOptions::default()
         })
+    }
+}
+
+/// The allocator-blind sweep at the same budgets and heuristics (the reference of a
+/// device-memory budget sweep).
+fn blind_options(options: &SweepOptions) -> SweepOptions {
+    SweepOptions {
+        device: None,
+        with_allocator: false,
+        ..options.clone()
     }
 }
 
@@ -111,8 +196,11 @@ pub fn run(args: &DtrArgs) -> Result<String, String> {
         other => format!("{name}: {other}"),
     })?;
     let sw = sweep::sweep(&lg, &options).map_err(|e| format!("{name}: {e}"))?;
+    if options.device.is_some() {
+        return device_report(args, &name, &lg, &options, &sw);
+    }
     if let Some(p) = &args.plot {
-        plot(p, &name, &sw).map_err(|e| format!("--plot {}: {e}", p.display()))?;
+        plot(p, &name, &sw, None).map_err(|e| format!("--plot {}: {e}", p.display()))?;
     }
     if args.json {
         let doc = json(&name, &lg, &options, &sw);
@@ -163,6 +251,116 @@ fn worst_overshoot(sw: &Sweep) -> Option<(&sweep::SweepRun, f64)> {
         .max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
+/// `--device-budget`: the device sweep, the allocator-blind sweep beside it, the smallest budget
+/// per strategy; table, JSON or plot.
+fn device_report(
+    args: &DtrArgs,
+    name: &str,
+    lg: &log::Log,
+    options: &SweepOptions,
+    sw: &Sweep,
+) -> Result<String, String> {
+    let blind = sweep::sweep(lg, &blind_options(options)).map_err(|e| format!("{name}: {e}"))?;
+    if let Some(p) = &args.plot {
+        plot(p, name, sw, Some(&blind)).map_err(|e| format!("--plot {}: {e}", p.display()))?;
+    }
+    let d = options.device.as_ref().expect("a device sweep");
+    let mut groups: Vec<(Option<Strategy>, Heuristic)> = Vec::new();
+    for r in &sw.runs {
+        if !groups.contains(&(r.strategy, r.heuristic)) {
+            groups.push((r.strategy, r.heuristic));
+        }
+    }
+    let smallest = |runs: &Sweep, s: Option<Strategy>, h: Heuristic| {
+        sweep::smallest_ratio(
+            runs.runs
+                .iter()
+                .filter(|r| r.heuristic == h && (s.is_none() || r.strategy == s)),
+            SUMMARY_OVERHEAD,
+        )
+    };
+    if args.json {
+        let mut doc = json(name, lg, options, sw);
+        doc["device_budget"] = serde_json::json!({
+            "alloc_conf": d.alloc_conf.to_string(),
+            "partition": d.partition,
+            "in_place": d.in_place,
+        });
+        doc["blind_runs"] = json(name, lg, options, &blind)["runs"].clone();
+        let summary: Vec<serde_json::Value> = groups
+            .iter()
+            .map(|&(s, h)| {
+                let (ratio, overhead) = smallest(sw, s, h).unzip();
+                let (blind_ratio, blind_overhead) = smallest(&blind, None, h).unzip();
+                serde_json::json!({
+                    "strategy": s.map(Strategy::name),
+                    "heuristic": h.name(),
+                    "overhead_limit": SUMMARY_OVERHEAD,
+                    "smallest_ratio": ratio,
+                    "overhead_there": overhead,
+                    "blind_smallest_ratio": blind_ratio,
+                    "blind_overhead_there": blind_overhead,
+                })
+            })
+            .collect();
+        doc["smallest"] = summary.into();
+        return serde_json::to_string_pretty(&doc)
+            .map(|s| s + "\n")
+            .map_err(|e| e.to_string());
+    }
+    let mut out = String::new();
+    let conf = d.alloc_conf.to_string();
+    let _ = writeln!(
+        out,
+        "{name}: {} operator calls, thrashing cut at {}x; device-memory budget: the budget is the device's capacity (allocator {}{}{})",
+        lg.op_count(),
+        options.overhead_limit,
+        if conf.is_empty() {
+            "default"
+        } else {
+            conf.as_str()
+        },
+        if d.partition {
+            ", Coop's partition"
+        } else {
+            ""
+        },
+        if d.in_place { ", in-place updates" } else { "" },
+    );
+    out.push_str(&sweep::device_table(sw));
+    let over = sw
+        .runs
+        .iter()
+        .filter(|r| {
+            r.allocator
+                .is_some_and(|a| a.peak_reserved_bytes > r.budget_bytes)
+        })
+        .count();
+    let _ = writeln!(
+        out,
+        "reserved bytes over the device's capacity: {over} of {} runs",
+        sw.runs.len()
+    );
+    let show = |x: Option<(f64, f64)>| match x {
+        Some((r, o)) => format!("{r:.2} (overhead {o:.4})"),
+        None => "none".into(),
+    };
+    for &(s, h) in &groups {
+        let _ = writeln!(
+            out,
+            "smallest budget with overhead <= {SUMMARY_OVERHEAD}: {} {}: {}; allocator-blind {h}: {}",
+            s.map_or("-", Strategy::name),
+            h,
+            show(smallest(sw, s, h)),
+            show(smallest(&blind, None, h)),
+        );
+    }
+    if let Some(p) = &args.plot {
+        let _ = writeln!(out, "plot written to {}", p.display());
+    }
+    Ok(out)
+}
+
 fn json(name: &str, lg: &log::Log, options: &SweepOptions, sw: &Sweep) -> serde_json::Value {
     let runs: Vec<serde_json::Value> = sw
         .runs
@@ -170,6 +368,7 @@ fn json(name: &str, lg: &log::Log, options: &SweepOptions, sw: &Sweep) -> serde_
         .map(|r| {
             let p = &r.result.profile;
             let mut v = serde_json::json!({
+                "strategy": r.strategy.map(Strategy::name),
                 "heuristic": r.heuristic.name(),
                 "ratio": r.ratio,
                 "budget_bytes": r.budget_bytes,
@@ -186,6 +385,11 @@ fn json(name: &str, lg: &log::Log, options: &SweepOptions, sw: &Sweep) -> serde_
                 "stopped_at_line": r.result.stopped_at,
                 "wall_ms": r.wall_ns as f64 / 1e6,
             });
+            if r.strategy.is_some() {
+                v["misses"] = p.misses.into();
+                v["scanned_blocks"] = p.scanned_blocks.into();
+                v["in_place"] = p.in_place.into();
+            }
             if let Some(a) = &r.allocator {
                 v["allocated_peak_bytes"] = a.peak_allocated_bytes.into();
                 v["reserved_peak_bytes"] = a.peak_reserved_bytes.into();
@@ -221,23 +425,50 @@ fn check_svg(path: &Path) -> Result<(), String> {
     }
 }
 
-/// Overhead (y) against budget ratio (x), one line per heuristic; runs that ended in OOM or
-/// THRASH break the line.
-fn plot(path: &Path, title: &str, sw: &Sweep) -> Result<(), String> {
+/// Overhead (y) against budget ratio (x), one line per heuristic (per strategy and heuristic
+/// for a device-memory budget, with the allocator-blind runs of `blind` dashed); runs that
+/// ended in OOM or THRASH break the line.
+fn plot(path: &Path, title: &str, sw: &Sweep, blind: Option<&Sweep>) -> Result<(), String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
-    let mut heuristics: Vec<Heuristic> = Vec::new();
+    let mut lines: Vec<(String, Vec<&sweep::SweepRun>, bool)> = Vec::new();
+    let mut keys: Vec<(Option<Strategy>, Heuristic)> = Vec::new();
     for r in &sw.runs {
-        if !heuristics.contains(&r.heuristic) {
-            heuristics.push(r.heuristic);
+        if !keys.contains(&(r.strategy, r.heuristic)) {
+            keys.push((r.strategy, r.heuristic));
         }
     }
-    let x1 = sw.runs.iter().map(|r| r.ratio).fold(1.0f64, f64::max);
-    let y1 = sw
-        .runs
-        .iter()
-        .filter_map(|r| r.overhead)
-        .fold(1.1f64, f64::max)
-        * 1.02;
+    for &(s, h) in &keys {
+        let label = match s {
+            Some(s) => format!("{s} ({h})"),
+            None => h.name().to_string(),
+        };
+        let runs = sw
+            .runs
+            .iter()
+            .filter(|r| r.strategy == s && r.heuristic == h)
+            .collect();
+        lines.push((label, runs, false));
+    }
+    if let Some(b) = blind {
+        let mut hs: Vec<Heuristic> = Vec::new();
+        for r in &b.runs {
+            if !hs.contains(&r.heuristic) {
+                hs.push(r.heuristic);
+            }
+        }
+        for h in hs {
+            let runs = b.runs.iter().filter(|r| r.heuristic == h).collect();
+            lines.push((format!("allocator-blind ({h})"), runs, true));
+        }
+    }
+    let all = || lines.iter().flat_map(|l| l.1.iter());
+    let x1 = all().map(|r| r.ratio).fold(1.0f64, f64::max);
+    let y1 = all().filter_map(|r| r.overhead).fold(1.1f64, f64::max) * 1.02;
+    let x_desc = if blind.is_some() {
+        "device budget / no-eviction peak"
+    } else {
+        "budget / no-eviction peak"
+    };
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
@@ -249,14 +480,17 @@ fn plot(path: &Path, title: &str, sw: &Sweep) -> Result<(), String> {
         .map_err(|e| err(&e))?;
     chart
         .configure_mesh()
-        .x_desc("budget / no-eviction peak")
+        .x_desc(x_desc)
         .y_desc("overhead (compute / baseline)")
         .draw()
         .map_err(|e| err(&e))?;
-    for (k, h) in heuristics.iter().enumerate() {
-        let color = Palette99::pick(k).to_rgba();
-        let mut runs: Vec<&sweep::SweepRun> =
-            sw.runs.iter().filter(|r| r.heuristic == *h).collect();
+    for (k, (label, runs, dashed)) in lines.into_iter().enumerate() {
+        let color = if dashed {
+            BLACK.to_rgba()
+        } else {
+            Palette99::pick(k).to_rgba()
+        };
+        let mut runs = runs;
         runs.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
         let mut segments: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
         for r in runs {
@@ -273,12 +507,15 @@ fn plot(path: &Path, title: &str, sw: &Sweep) -> Result<(), String> {
                         .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
                 )
                 .map_err(|e| err(&e))?;
-            let series = chart
-                .draw_series(LineSeries::new(seg, color.stroke_width(2)))
-                .map_err(|e| err(&e))?;
+            let series = if dashed {
+                chart.draw_series(DashedLineSeries::new(seg, 6, 4, color.stroke_width(2)))
+            } else {
+                chart.draw_series(LineSeries::new(seg, color.stroke_width(2)))
+            }
+            .map_err(|e| err(&e))?;
             if !labelled {
                 labelled = true;
-                series.label(h.name()).legend(move |(x, y)| {
+                series.label(label.clone()).legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                 });
             }
@@ -314,22 +551,27 @@ mod tests {
 
     /// A 6-layer chain: forward activations kept for a backward pass that releases them.
     fn chain_log() -> String {
+        chain_log_of(100)
+    }
+
+    /// [`chain_log`] with tensors of `bytes`.
+    fn chain_log_of(bytes: u64) -> String {
         let mut w = checkpoint::LogWriter::new(Vec::new());
         w.annotate("START").unwrap();
-        w.constant("x0", 100).unwrap();
+        w.constant("x0", bytes).unwrap();
         for i in 1..=6 {
             let (prev, name) = (format!("x{}", i - 1), format!("x{i}"));
-            w.call("f", &[prev], &[(name.as_str(), 100, None)], 10)
+            w.call("f", &[prev], &[(name.as_str(), bytes, None)], 10)
                 .unwrap();
         }
         w.annotate("BACKWARD").unwrap();
-        w.call("loss", &["x6"], &[("g6", 100, None)], 10).unwrap();
+        w.call("loss", &["x6"], &[("g6", bytes, None)], 10).unwrap();
         for i in (1..=5).rev() {
             let (g, a, out) = (format!("g{}", i + 1), format!("x{i}"), format!("g{i}"));
             w.call(
                 "f_backward",
                 &[g.as_str(), a.as_str()],
-                &[(out.as_str(), 100, None)],
+                &[(out.as_str(), bytes, None)],
                 20,
             )
             .unwrap();
@@ -446,6 +688,137 @@ mod tests {
         assert!(out.ends_with(&format!("plot written to {}\n", svg.display())));
         let drawn = std::fs::read_to_string(&svg).unwrap();
         assert!(drawn.contains("dtr-eq") && drawn.contains("<svg"));
+    }
+
+    #[test]
+    fn device_budget_runs_every_strategy_beside_the_blind_run() {
+        // 12 MiB tensors: each a segment of its own (requests of 10 MiB and more).
+        let p = write_log("chain12.log", &chain_log_of(12 << 20));
+        let path = p.to_str().unwrap();
+        let o = args(&[path, "--device-budget", "--sweep", "--step", "0.25"])
+            .options()
+            .unwrap();
+        assert_eq!(o.ratios, [0.25, 0.5, 0.75, 1.0]);
+        assert_eq!(o.heuristics, [Heuristic::DtrEq]);
+        assert_eq!(o.device.as_ref().unwrap().strategies, Strategy::ALL);
+        let doc: serde_json::Value = serde_json::from_str(
+            &run(&args(&[
+                path,
+                "--device-budget",
+                "--sweep",
+                "--step",
+                "0.25",
+                "--json",
+            ]))
+            .unwrap(),
+        )
+        .unwrap();
+        let runs = doc["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 4 * Strategy::ALL.len());
+        assert_eq!(doc["blind_runs"].as_array().unwrap().len(), 4);
+        assert_eq!(doc["baseline"]["peak_bytes"], 9 * (12u64 << 20));
+        for r in runs {
+            for key in [
+                "strategy",
+                "ratio",
+                "budget_bytes",
+                "status",
+                "reserved_peak_bytes",
+                "allocated_peak_bytes",
+                "evictions",
+                "remats",
+                "search_ns",
+                "fragmentation",
+                "misses",
+            ] {
+                assert!(!r[key].is_null(), "{key}");
+            }
+            assert!(r.get("overhead").is_some());
+            assert!(
+                r["reserved_peak_bytes"].as_u64().unwrap() <= r["budget_bytes"].as_u64().unwrap()
+            );
+        }
+        // At the no-eviction peak, 9 tensors of exactly 12 MiB fit on the device: no eviction.
+        let at_one = &runs[3];
+        assert_eq!(
+            (
+                at_one["strategy"].as_str(),
+                at_one["ratio"].as_f64(),
+                at_one["status"].as_str()
+            ),
+            (Some("callback"), Some(1.0), Some("OK"))
+        );
+        assert_eq!(at_one["reserved_peak_bytes"], 9 * (12u64 << 20));
+        assert_eq!(at_one["evictions"], 0);
+        let smallest = doc["smallest"].as_array().unwrap();
+        assert_eq!(smallest.len(), Strategy::ALL.len());
+        // The summary is the smallest ratio completing with overhead <= 1.5, per strategy.
+        let smallest_of = |runs: &[serde_json::Value], strategy: Option<&str>| {
+            runs.iter()
+                .filter(|r| strategy.is_none() || r["strategy"].as_str() == strategy)
+                .filter(|r| r["overhead"].as_f64().is_some_and(|o| o <= 1.5))
+                .map(|r| r["ratio"].as_f64().unwrap())
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))))
+        };
+        let blind = doc["blind_runs"].as_array().unwrap();
+        for (k, s) in Strategy::ALL.iter().enumerate() {
+            assert_eq!(smallest[k]["strategy"], s.name());
+            assert_eq!(
+                smallest[k]["smallest_ratio"].as_f64(),
+                smallest_of(runs, Some(s.name()))
+            );
+            assert_eq!(
+                smallest[k]["blind_smallest_ratio"].as_f64(),
+                smallest_of(blind, None)
+            );
+        }
+        let text = run(&args(&[
+            path,
+            "--device-budget",
+            "--strategy",
+            "window,callback",
+        ]))
+        .unwrap();
+        assert!(
+            text.contains(
+                "device-memory budget: the budget is the device's capacity (allocator default)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("reserved bytes over the device's capacity: 0 of 20 runs"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nsmallest budget with overhead <= 1.5: window dtr-eq: "),
+            "{text}"
+        );
+        let svg = p.with_extension("svg");
+        run(&args(&[
+            path,
+            "--device-budget",
+            "--sweep",
+            "--plot",
+            svg.to_str().unwrap(),
+        ]))
+        .unwrap();
+        let drawn = std::fs::read_to_string(&svg).unwrap();
+        assert!(drawn.contains("allocator-blind (dtr-eq)") && drawn.contains("window (dtr-eq)"));
+        // Errors.
+        let e = args(&[path, "--device-budget", "--strategy", "belady"])
+            .options()
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "--strategy: unknown strategy 'belady' (use callback, window, window-total, window-score or window-first)"
+        );
+        let e = args(&[path, "--step", "1.5"]).options().unwrap_err();
+        assert_eq!(e, "--step 1.5: expected a step in (0, 1] (e.g. 0.05)");
+        let e = args(&[path, "--device-budget", "--alloc-conf", "bogus:1"])
+            .options()
+            .unwrap_err();
+        assert!(e.starts_with("--alloc-conf: "), "{e}");
+        assert!(Wrap::try_parse_from(["dtr", path, "--strategy", "window"]).is_err());
     }
 
     #[test]

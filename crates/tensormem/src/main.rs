@@ -136,6 +136,20 @@ struct TrainArgs {
     /// compute per step.
     #[arg(long, value_name = "X", default_value_t = 2.0)]
     overhead_limit: f64,
+    /// The budget (--budget, --ratio or the search's) is the capacity of a host-backed
+    /// simulated device: nothing is counted, the caching allocator's misses drive eviction and
+    /// reserved bytes can never pass it.
+    #[arg(long)]
+    device_budget: bool,
+    /// With --device-budget, how to make room on a miss: callback, window, window-total,
+    /// window-score or window-first.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "window",
+        requires = "device_budget"
+    )]
+    strategy: String,
 }
 
 #[derive(clap::Args)]
@@ -389,6 +403,11 @@ fn run_train(args: &TrainArgs) -> Result<String, String> {
                 ));
             }
         },
+        device_budget: args.device_budget,
+        strategy: args
+            .strategy
+            .parse()
+            .map_err(|e| format!("--strategy: {e}"))?,
         ..defaults
     };
     if model == Model::Transformer {

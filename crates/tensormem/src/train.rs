@@ -8,7 +8,10 @@
 //! constants, the step records its calls (forward, backward, SGD update), the new weights leave
 //! with `decheckpoint`, and everything else is released. The same training runs once without a
 //! budget (the baseline) and once under a hard budget on the caching allocator's allocated
-//! bytes; [`smallest_feasible`] searches the smallest budget that still runs.
+//! bytes, or, with [`TrainOptions::device_budget`], on a host-backed simulated device whose
+//! capacity is the budget (the allocator's misses drive the evictions,
+//! [`checkpoint::device_budget`]); [`smallest_feasible`] searches the smallest budget that
+//! still runs.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -21,7 +24,7 @@ use c10_cuda::{CachingAllocator, SimDevice};
 use checkpoint::live::{
     CheckpointTensor, CostModel, LiveConfig, LiveError, LiveProfile, LiveResult, LiveRuntime,
 };
-use checkpoint::{Config, Error, Heuristic};
+use checkpoint::{Config, Error, Heuristic, Strategy};
 
 /// Which model trains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +94,12 @@ pub struct TrainOptions {
     pub overhead_limit: f64,
     /// The simulated device index.
     pub device: u8,
+    /// The budget is a device's capacity: each budgeted run installs a fresh host-backed
+    /// simulated device of that many bytes ([`aten::sim::install`]) and evicts on the caching
+    /// allocator's misses; nothing is counted.
+    pub device_budget: bool,
+    /// How to make room on a miss under a device budget.
+    pub strategy: Strategy,
 }
 
 impl Default for TrainOptions {
@@ -111,6 +120,8 @@ impl Default for TrainOptions {
             check_remat: true,
             overhead_limit: 2.0,
             device: 0,
+            device_budget: false,
+            strategy: Strategy::default(),
         }
     }
 }
@@ -455,16 +466,19 @@ pub fn step(
     log: Option<LogSink>,
 ) -> LiveResult<(f32, Vec<Tensor>, LiveProfile)> {
     let data = o.batch(index)?;
+    let on_device = o.device_budget && budget.is_some();
     let config = LiveConfig {
         runtime: Config {
-            budget,
+            budget: if on_device { None } else { budget },
             heuristic: o.heuristic,
             remat_limit_ns,
             seed: o.seed,
+            strategy: o.strategy,
             ..Config::default()
         },
         check_remat: o.check_remat,
         cost: o.cost,
+        device_budget: on_device,
     };
     let rt = LiveRuntime::new(Arc::clone(front), Device::sim(o.device), config)?;
     if let Some(sink) = log {
@@ -504,11 +518,41 @@ pub fn step(
 /// rematerializing (thrashing). With `log`, the last step's events are written in the DTR
 /// paper's format.
 ///
+/// With [`TrainOptions::device_budget`] and a budget, the run does not use `front`: it installs
+/// a fresh host-backed simulated device whose capacity is the budget (the devices `0..=o.device`
+/// of a new [`aten::sim::install`]) and runs there; reserved bytes can never pass it.
+///
 /// # Errors
 /// [`LiveError`]: out of memory or thrashing under the budget (`LiveError::Runtime`), a loud
 /// failure of the budget ([`LiveError::BudgetExceeded`]) or of the remat check
 /// ([`LiveError::RematMismatch`]), a log write error.
 pub fn train(
+    front: &Arc<CachingAllocator<SimDevice>>,
+    o: &TrainOptions,
+    budget: Option<u64>,
+    remat_limit_ns: Option<u64>,
+    log: Option<LogSink>,
+) -> LiveResult<RunReport> {
+    match budget {
+        Some(capacity) if o.device_budget => {
+            let config = front
+                .with_device(o.device, |d| d.config().clone())
+                .map_err(|e| LiveError::InvalidArgument(format!("sim:{}: {e}", o.device)))?;
+            let bytes = usize::try_from(capacity).unwrap_or(usize::MAX);
+            let device =
+                aten::sim::install_with_config(o.device + 1, bytes, config).map_err(|e| {
+                    LiveError::InvalidArgument(format!("a {capacity}-byte device: {e}"))
+                })?;
+            let run = train_on(&device, o, budget, remat_limit_ns, log);
+            // Later tensors go to the caller's device again.
+            aten::sim::reinstall(front).map_err(|e| LiveError::InvalidArgument(e.to_string()))?;
+            run
+        }
+        _ => train_on(front, o, budget, remat_limit_ns, log),
+    }
+}
+
+fn train_on(
     front: &Arc<CachingAllocator<SimDevice>>,
     o: &TrainOptions,
     budget: Option<u64>,
@@ -544,7 +588,16 @@ pub fn train(
     let stats = front.memory_stats(dev).map_err(cuda)?;
     report.peak_allocated = stats["allocated_bytes.all.peak"].max(0) as u64;
     report.peak_reserved = stats["reserved_bytes.all.peak"].max(0) as u64;
-    if let Some(b) = budget {
+    if let (Some(b), true) = (budget, o.device_budget) {
+        if report.peak_reserved > b {
+            return Err(LiveError::Internal {
+                message: format!(
+                    "{} bytes reserved on a device of {b} bytes",
+                    report.peak_reserved
+                ),
+            });
+        }
+    } else if let Some(b) = budget {
         if report.peak_allocated > b {
             return Err(LiveError::BudgetExceeded {
                 op: "training".into(),
@@ -620,10 +673,16 @@ pub fn smallest_feasible(
         Some(s) => s,
         None => {
             tries += 1;
-            let run = train(front, o, Some(baseline.peak_allocated), limit, None)?;
+            // A device also holds the cache's rounding: give it what the baseline reserved.
+            let budget = if o.device_budget {
+                baseline.peak_reserved.max(baseline.peak_allocated)
+            } else {
+                baseline.peak_allocated
+            };
+            let run = train(front, o, Some(budget), limit, None)?;
             Search {
-                ratio: 1.0,
-                budget: baseline.peak_allocated,
+                ratio: budget as f64 / baseline.peak_allocated.max(1) as f64,
+                budget,
                 run,
                 tries: 0,
             }
@@ -724,6 +783,13 @@ pub fn report(
     );
     let budget = run.budget.unwrap_or(0);
     let ratio = budget as f64 / baseline.peak_allocated.max(1) as f64;
+    if o.device_budget {
+        let _ = writeln!(
+            out,
+            "device-memory budget: the budget is the capacity of a host-backed simulated device; evictions on the allocator's misses, strategy {}",
+            o.strategy
+        );
+    }
     match choice {
         BudgetChoice::Bytes => {
             let _ = writeln!(
@@ -773,19 +839,34 @@ pub fn report(
             .iter()
             .zip(&run.losses)
             .all(|(a, b)| a.to_bits() == b.to_bits());
-    let _ = writeln!(
-        out,
-        "\nbudgeted run: peak allocated {} B {} budget {} B; peak reserved {} B ({:.2}x the budget)",
-        thousands(run.peak_allocated),
-        if run.peak_allocated <= budget {
-            "<="
-        } else {
-            "OVER"
-        },
-        thousands(budget),
-        thousands(run.peak_reserved),
-        run.peak_reserved as f64 / budget.max(1) as f64
-    );
+    if o.device_budget {
+        let _ = writeln!(
+            out,
+            "\nbudgeted run: peak reserved {} B {} device capacity {} B; peak allocated {} B",
+            thousands(run.peak_reserved),
+            if run.peak_reserved <= budget {
+                "<="
+            } else {
+                "OVER"
+            },
+            thousands(budget),
+            thousands(run.peak_allocated)
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "\nbudgeted run: peak allocated {} B {} budget {} B; peak reserved {} B ({:.2}x the budget)",
+            thousands(run.peak_allocated),
+            if run.peak_allocated <= budget {
+                "<="
+            } else {
+                "OVER"
+            },
+            thousands(budget),
+            thousands(run.peak_reserved),
+            run.peak_reserved as f64 / budget.max(1) as f64
+        );
+    }
     let _ = writeln!(
         out,
         "  evictions {} (and {} eager, at last release), rematerializations {}",

@@ -1154,3 +1154,49 @@ fn usage_errors_are_one_line(#[case] args: &[&str], #[case] message: &str) {
         "{args:?}: {err:?}"
     );
 }
+
+#[test]
+fn train_under_a_device_budget_stays_under_the_capacity_with_the_same_losses() {
+    let dir = Scratch::new("train-device");
+    // The default MLP: 256 KiB activations in the small pool's 2 MiB segments; 0.85 of its
+    // 5.06 MiB peak leaves room for two segments.
+    for strategy in ["window", "callback"] {
+        let text = success(&tensormem(
+            dir.path(),
+            &[
+                "train",
+                "--steps",
+                "2",
+                "--cost",
+                "estimated",
+                "--ratio",
+                "0.85",
+                "--device-budget",
+                "--strategy",
+                strategy,
+            ],
+        ));
+        assert!(
+            text.contains(&format!(
+                "device-memory budget: the budget is the capacity of a host-backed simulated device; evictions on the allocator's misses, strategy {strategy}"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("budgeted run: peak reserved 4,194,304 B <= device capacity 4,508,236 B"),
+            "{text}"
+        );
+        assert!(
+            text.contains("losses with and without the budget: bit-identical"),
+            "{text}"
+        );
+        assert!(
+            text.contains("recomputed values bit-identical to their first computation"),
+            "{text}"
+        );
+        let rows: Vec<&str> = text.lines().filter(|l| l.ends_with("  yes")).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+    }
+    let o = tensormem(dir.path(), &["train", "--strategy", "window"]);
+    assert!(!o.status.success());
+}

@@ -27,6 +27,7 @@ pub enum Reduction {
 }
 
 fn nll<T: Float>(
+    op: &'static str,
     log_probs: &[T],
     classes: usize,
     targets: &[i64],
@@ -41,7 +42,7 @@ fn nll<T: Float>(
         }
         if target < 0 || target as usize >= classes {
             return Err(Error::InvalidArgument {
-                op: "nll_loss",
+                op,
                 message: format!("Target {target} is out of bounds."),
             });
         }
@@ -68,7 +69,12 @@ impl Tensor {
     /// target; [`Error::ShapeMismatch`] when the batch sizes differ; [`Error::DeviceMismatch`];
     /// [`Error::UnsupportedDtype`] for a non-floating input.
     pub fn nll_loss(&self, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
-        let op = "nll_loss";
+        self.nll_loss_for("nll_loss", target, reduction)
+    }
+
+    /// Checks the input's rank, the target's dtype, device and shape for `nll_loss` and
+    /// `cross_entropy` (errors naming `op`); returns the target's expected shape.
+    fn check_nll_args(&self, op: &'static str, target: &Tensor) -> Result<Vec<i64>> {
         if self.dim() != 1 && self.dim() != 2 {
             return Err(Error::InvalidArgument {
                 op,
@@ -109,12 +115,23 @@ impl Tensor {
                 ),
             });
         }
+        Ok(expected_target)
+    }
+
+    /// [`Tensor::nll_loss`] with errors naming `op` (the operation the user called).
+    fn nll_loss_for(
+        &self,
+        op: &'static str,
+        target: &Tensor,
+        reduction: Reduction,
+    ) -> Result<Tensor> {
+        let expected_target = self.check_nll_args(op, target)?;
         let classes = *self.sizes().last().expect("1-d or 2-d") as usize;
         let access = Access::lock(op, &[self, target], &[])?;
         let targets = access.src::<i64>(op, target)?.to_vec();
         let out = dispatch!(float, op, self.dtype(), |T| {
             let log_probs = access.src::<T>(op, self)?.to_vec();
-            let (values, reduced) = nll::<T>(&log_probs, classes, &targets, reduction)?;
+            let (values, reduced) = nll::<T>(op, &log_probs, classes, &targets, reduction)?;
             let shape: &[i64] = if reduced { &[] } else { &expected_target };
             Tensor::from_slice(&values, shape)
         })?;
@@ -127,14 +144,11 @@ impl Tensor {
     /// `torch.nn.functional.cross_entropy(input, target, reduction=...)`.
     ///
     /// # Errors
-    /// As [`Tensor::nll_loss`].
+    /// As [`Tensor::nll_loss`], naming `cross_entropy`.
     pub fn cross_entropy(&self, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
-        if self.dim() != 1 && self.dim() != 2 {
-            return Err(Error::InvalidArgument {
-                op: "cross_entropy",
-                message: format!("input tensor should be 1D or 2D, got {}D", self.dim()),
-            });
-        }
-        self.log_softmax(-1)?.nll_loss(target, reduction)
+        let op = "cross_entropy";
+        self.check_nll_args(op, target)?;
+        self.log_softmax_for(op, -1)?
+            .nll_loss_for(op, target, reduction)
     }
 }

@@ -10,7 +10,7 @@ use c10_core::ScalarType;
 use crate::error::{Error, Result};
 use crate::host::Access;
 use crate::layout::{contiguous_strides, wrap_dim};
-use crate::scalar::{Num, Scalar, dispatch};
+use crate::scalar::{Elem, Num, dispatch};
 use crate::tensor::Tensor;
 
 /// Which dimensions a reduction removes, and the shapes and accumulator strides that follow.
@@ -182,11 +182,16 @@ impl Tensor {
     /// [`Error::InvalidArgument`] when a reduced dimension is empty; as [`Tensor::sum`];
     /// [`Error::UnsupportedDtype`] for half and bool.
     pub fn amax(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
-        let plan = plan("amax", self.sizes(), dims, keepdim)?;
-        check_nonempty("amax", self, &plan)?;
-        let access = Access::lock("amax", &[self], &[])?;
-        let host = dispatch!(num, "amax", self.dtype(), |T| {
-            let src = access.src::<T>("amax", self)?;
+        self.amax_for("amax", dims, keepdim)
+    }
+
+    /// [`Tensor::amax`] with errors naming `op` (the operation the user called).
+    fn amax_for(&self, op: &'static str, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+        let plan = plan(op, self.sizes(), dims, keepdim)?;
+        check_nonempty(op, self, &plan)?;
+        let access = Access::lock(op, &[self], &[])?;
+        let host = dispatch!(num, op, self.dtype(), |T| {
+            let src = access.src::<T>(op, self)?;
             let mut acc: Vec<Option<T>> = vec![None; plan.out_numel];
             src.for_each_with(&plan.acc_strides, |v, k| match &mut acc[k] {
                 Some(current) => {
@@ -206,9 +211,18 @@ impl Tensor {
     /// The largest element as a 0-d tensor, as `t.max()`.
     ///
     /// # Errors
-    /// As [`Tensor::amax`] (an empty tensor has no maximum).
+    /// [`Error::InvalidArgument`] for an empty tensor, as ATen's "max(): Expected reduction dim
+    /// to be specified for input.numel() == 0"; as [`Tensor::amax`], naming `max`.
     pub fn max_all(&self) -> Result<Tensor> {
-        self.amax(&[], false)
+        if self.numel() == 0 {
+            return Err(Error::InvalidArgument {
+                op: "max",
+                message: "Expected reduction dim to be specified for input.numel() == 0. Specify \
+                          the reduction dim with the 'dim' argument."
+                    .into(),
+            });
+        }
+        self.amax_for("max", &[], false)
     }
 
     /// The maximum along `dim` and its index (the first one, or the first NaN's), as

@@ -57,9 +57,16 @@ fn row_max<T: Float>(row: &[T]) -> f64 {
     })
 }
 
+/// The value subtracted before `exp`: the row maximum, except 0 for a row of `-inf` only (whose
+/// maximum would give `-inf - -inf = NaN`; with 0 the sum is 0 and the result NaN all the same,
+/// as ATen's). A `+inf` maximum is subtracted, so a row holding `+inf` is NaN throughout, as
+/// in ATen.
+fn shift(max: f64) -> f64 {
+    if max == f64::NEG_INFINITY { 0.0 } else { max }
+}
+
 fn softmax_row<T: Float>(row: &[T], out: &mut [T]) {
-    let max = row_max(row);
-    let shift = if max.is_infinite() { 0.0 } else { max };
+    let shift = shift(row_max(row));
     let sum: f64 = row.iter().map(|&v| (v.widen() - shift).exp()).sum();
     for (o, &v) in out.iter_mut().zip(row) {
         *o = T::narrow((v.widen() - shift).exp() / sum);
@@ -67,8 +74,7 @@ fn softmax_row<T: Float>(row: &[T], out: &mut [T]) {
 }
 
 fn log_softmax_row<T: Float>(row: &[T], out: &mut [T]) {
-    let max = row_max(row);
-    let shift = if max.is_infinite() { 0.0 } else { max };
+    let shift = shift(row_max(row));
     let log_sum = row
         .iter()
         .map(|&v| (v.widen() - shift).exp())
@@ -96,8 +102,13 @@ impl Tensor {
     /// # Errors
     /// As [`Tensor::softmax`].
     pub fn log_softmax(&self, dim: i64) -> Result<Tensor> {
-        dispatch!(float, "log_softmax", self.dtype(), |T| {
-            along_dim::<T>("log_softmax", self, dim, log_softmax_row::<T>)
+        self.log_softmax_for("log_softmax", dim)
+    }
+
+    /// [`Tensor::log_softmax`] with errors naming `op` (the operation the user called).
+    pub(crate) fn log_softmax_for(&self, op: &'static str, dim: i64) -> Result<Tensor> {
+        dispatch!(float, op, self.dtype(), |T| {
+            along_dim::<T>(op, self, dim, log_softmax_row::<T>)
         })
     }
 }

@@ -1,0 +1,122 @@
+//! Device-memory budget sweeps (ratios 0.1 .. 1.0, each budget a device's capacity under the
+//! caching allocator) of every shared DTR log with `window` and with `callback`, h_DTR^eq,
+//! PyTorch's default allocator.
+//!
+//! Run: `cargo bench -p checkpoint --bench device_budget` (or `cargo xtask bench
+//! device_budget`). The logs are found as in the tests; without them the bench prints
+//! "skipping". A benchmark run first prints, per log and strategy, the whole sweep's best of 3
+//! wall-clock time, the blocks the window plans looked at and the search time per block (flat
+//! across logs and budgets when the search is linear in the blocks scanned), then criterion
+//! times each sweep.
+//!
+//! Target (issue 11): the 10-ratio `window` sweep of the largest shared log (LSTM, 7798 calls)
+//! under 5 s on the 2-core development machine, against `callback` (the heuristic alone, no
+//! allocator view) in the same run.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use checkpoint::sweep::{self, DeviceOptions, SweepOptions};
+use checkpoint::{Strategy, log};
+use criterion::Criterion;
+
+const LOGS: [&str; 5] = ["lstm", "resnet32", "transformer", "tv_densenet121", "unet"];
+
+fn logs_dir() -> Option<PathBuf> {
+    let dir = shared_data::expected_path().join("dtr-logs");
+    dir.is_dir().then_some(dir)
+}
+
+fn load(dir: &std::path::Path, prefix: &str) -> log::Log {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("readable log folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{prefix}-")) && n.ends_with(".log"))
+        })
+        .collect();
+    paths.sort();
+    log::parse_file(&paths[0]).expect("log parses")
+}
+
+fn options(strategy: Strategy) -> SweepOptions {
+    SweepOptions {
+        device: Some(DeviceOptions {
+            strategies: vec![strategy],
+            ..DeviceOptions::default()
+        }),
+        ..SweepOptions::default()
+    }
+}
+
+/// Whole-sweep times, blocks scanned and search time per block.
+fn table(dir: &std::path::Path) {
+    println!(
+        "| log | strategy | 10-ratio sweep ms (best of 3) | misses | blocks scanned | search ms | search ns per block |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    for name in LOGS {
+        let lg = load(dir, name);
+        for strategy in [Strategy::Window, Strategy::Callback] {
+            let o = options(strategy);
+            let mut best = f64::INFINITY;
+            let mut last = None;
+            for _ in 0..3 {
+                let t = Instant::now();
+                let sw = sweep::sweep(&lg, &o).expect("sweep");
+                best = best.min(t.elapsed().as_secs_f64() * 1e3);
+                last = Some(sw);
+            }
+            let sw = last.expect("three runs");
+            let sum = |f: fn(&checkpoint::Profile) -> u64| -> u64 {
+                sw.runs.iter().map(|r| f(&r.result.profile)).sum()
+            };
+            let (misses, scanned, search) = (
+                sum(|p| p.misses),
+                sum(|p| p.scanned_blocks),
+                sum(|p| p.search_ns),
+            );
+            let per_block = if scanned > 0 {
+                format!("{:.1}", search as f64 / scanned as f64)
+            } else {
+                "-".into()
+            };
+            println!(
+                "| {name} | {strategy} | {best:.0} | {misses} | {scanned} | {:.1} | {per_block} |",
+                search as f64 / 1e6
+            );
+        }
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let Some(dir) = logs_dir() else {
+        println!("skipping: no shared/data/dtr-logs (set TENSORMEM_SHARED)");
+        return;
+    };
+    if std::env::args().any(|a| a == "--bench") {
+        table(&dir);
+    }
+    let mut group = c.benchmark_group("device_budget");
+    group.sample_size(10);
+    for name in LOGS {
+        let lg = load(&dir, name);
+        for strategy in [Strategy::Window, Strategy::Callback] {
+            let o = options(strategy);
+            group.bench_function(format!("{name}/{strategy}"), |b| {
+                b.iter(|| black_box(sweep::sweep(&lg, &o).expect("sweep")))
+            });
+        }
+    }
+    group.finish();
+}
+
+/// Criterion's entry point (written out: its macros generate undocumented items).
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    bench(&mut c);
+    c.final_summary();
+}

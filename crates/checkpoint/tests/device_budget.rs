@@ -1,0 +1,330 @@
+//! DTR under a device-memory budget: the device's capacity is the budget, the caching
+//! allocator's misses drive eviction.
+//!
+//! - hand-built: a full segment of ten 2 MiB tensors and a 5 MiB request, where the heuristic's
+//!   one-at-a-time choice frees scattered blocks and the window frees three neighbours; an
+//!   in-place update that keeps its address;
+//! - the hard budget on every shared log: reserved bytes never pass the device's capacity, for
+//!   every strategy at ratios 0.1 .. 1.0 on PyTorch's default allocator, and for `window` with
+//!   expandable segments, Coop's partition and in-place updates (CI, debug build, about 40 s);
+//! - `#[ignore]`d, run by `cargo xtask soak` in release: the full grid (every strategy and
+//!   layout at ratios 0.05 .. 1.0) and the figures for `window` on the default
+//!   allocator: per log the smallest budget completing with overhead <= 1.5 within 0.05 of the
+//!   allocator-blind ideal, and overheads at ratios >= 0.5 within 1.10x of the blind run.
+
+mod support;
+
+use c10_cuda::config::AllocatorConfig;
+use checkpoint::sweep::{self, DeviceOptions, Sweep, SweepOptions};
+use checkpoint::{
+    AllocatorBackend, Config, Heuristic, OpSpec, OutputSpec, Runtime, Status, Strategy,
+    budget_for_ratio, log, sim,
+};
+
+const MIB: u64 = 1 << 20;
+
+/// A runtime on a 22 MiB device (a 2 MiB small segment for the constant, a 20 MiB large
+/// segment for ten 2 MiB tensors) with `strategy`, holding the ten tensors: `t1`, `t4`, `t7`
+/// cost 1 ns, the others 10^6 ns.
+fn full_device(strategy: Strategy) -> (Runtime<AllocatorBackend>, Vec<checkpoint::TensorId>) {
+    let backend = AllocatorBackend::on_device(AllocatorConfig::default(), 22 * MIB).unwrap();
+    let mut rt = Runtime::new(
+        backend,
+        Config {
+            heuristic: Heuristic::DtrEq,
+            strategy,
+            ..Config::default()
+        },
+    );
+    let c = rt.checkpoint(1024).unwrap();
+    let ts = (0..10)
+        .map(|i| {
+            let cost = if i % 3 == 1 { 1 } else { 1_000_000 };
+            rt.compute(OpSpec {
+                cost,
+                args: &[c],
+                outputs: &[OutputSpec::fresh(2 * MIB)],
+            })
+            .unwrap()
+            .get(0)
+        })
+        .collect();
+    assert_eq!(rt.backend().allocator().reserved_bytes() as u64, 22 * MIB);
+    (rt, ts)
+}
+
+/// The 5 MiB request made by an op reading the constant.
+fn five_mib(rt: &mut Runtime<AllocatorBackend>) {
+    let c = checkpoint::TensorId(0);
+    rt.compute(OpSpec {
+        cost: 10,
+        args: &[c],
+        outputs: &[OutputSpec::fresh(5 * MIB)],
+    })
+    .unwrap();
+}
+
+#[test]
+fn the_heuristic_alone_frees_scattered_blocks_and_the_window_three_neighbours() {
+    // Callback: h_DTR^eq evicts by c / (m * staleness), all sizes equal: first the three
+    // 1 ns tensors (t1, t4, t7: three separate 2 MiB holes, no 5 MiB block), then the stalest
+    // expensive ones, t0 (t0+t1 = 4 MiB) and t2 (t0..t2 = 6 MiB): five evictions, one miss each.
+    let (mut rt, ts) = full_device(Strategy::Callback);
+    five_mib(&mut rt);
+    let evicted: Vec<usize> = (0..10)
+        .filter(|&i| !rt.is_defined(ts[i]).unwrap())
+        .collect();
+    assert_eq!(evicted, [0, 1, 2, 4, 7]);
+    assert_eq!((rt.profile().evictions, rt.profile().misses), (5, 5));
+    // Window: every run of three neighbours covers 5 MiB and holds one cheap tensor and two
+    // expensive ones; the run whose expensive ones are stalest, t0..t2, costs least. Releasing
+    // the segment (all ten) costs more. One miss, three evictions, exactly the run.
+    let (mut rt, ts) = full_device(Strategy::Window);
+    five_mib(&mut rt);
+    let evicted: Vec<usize> = (0..10)
+        .filter(|&i| !rt.is_defined(ts[i]).unwrap())
+        .collect();
+    assert_eq!(evicted, [0, 1, 2]);
+    assert_eq!((rt.profile().evictions, rt.profile().misses), (3, 1));
+    assert!(rt.profile().scanned_blocks >= 11);
+    // Never more than the device.
+    assert!(rt.backend().report().peak_reserved_bytes <= 22 * MIB);
+}
+
+#[test]
+fn nothing_to_evict_is_out_of_memory() {
+    // 3 MiB is a large-pool request: its 20 MiB segment does not fit on a 4 MiB device.
+    let backend = AllocatorBackend::on_device(AllocatorConfig::default(), 4 * MIB).unwrap();
+    let mut rt = Runtime::new(backend, Config::default());
+    let e = rt.checkpoint(3 * MIB).unwrap_err();
+    assert!(
+        matches!(e, checkpoint::Error::OutOfMemory { requested, budget, .. } if requested == 3 * MIB && budget == 4 * MIB),
+        "{e}"
+    );
+    // On 24 MiB it fits, but 30 MiB more cannot: the constant is pinned, nothing else exists.
+    let backend = AllocatorBackend::on_device(AllocatorConfig::default(), 24 * MIB).unwrap();
+    let mut rt = Runtime::new(backend, Config::default());
+    let c = rt.checkpoint(3 * MIB).unwrap();
+    let e = rt
+        .compute(OpSpec {
+            cost: 1,
+            args: &[c],
+            outputs: &[OutputSpec::fresh(30 * MIB)],
+        })
+        .unwrap_err();
+    assert!(
+        matches!(e, checkpoint::Error::OutOfMemory { requested, budget, .. } if requested == 30 * MIB && budget == 24 * MIB),
+        "{e}"
+    );
+}
+
+/// A chain whose last tensor is updated in place once, then read.
+fn mutate_log() -> log::Log {
+    let mut w = checkpoint::LogWriter::new(Vec::new());
+    w.annotate("START").unwrap();
+    w.constant("x0", 1024).unwrap();
+    w.call("f", &["x0"], &[("x1", 8 << 20, None)], 10).unwrap();
+    w.call("g", &["x1"], &[("x2", 8 << 20, None)], 10).unwrap();
+    w.release("x1").unwrap();
+    w.mutate("relu_", &["x2"], &[0], 5).unwrap();
+    w.call("h", &["x2"], &[("x3", 8 << 20, None)], 10).unwrap();
+    log::parse(&String::from_utf8(w.into_inner().unwrap()).unwrap()).unwrap()
+}
+
+#[test]
+fn in_place_updates_keep_the_address() {
+    let lg = mutate_log();
+    let base = sim::baseline(&lg).unwrap();
+    let run = |in_place: bool| {
+        let options = sim::SimOptions {
+            strategy: Strategy::Window,
+            in_place,
+            ..sim::SimOptions::default()
+        };
+        let backend = AllocatorBackend::on_device(AllocatorConfig::default(), 64 * MIB).unwrap();
+        let (r, b) = sim::run(&lg, &options, backend).unwrap();
+        (r, b.report())
+    };
+    let (copy, copy_alloc) = run(false);
+    let (kept, kept_alloc) = run(true);
+    assert_eq!((copy.status, kept.status), (Status::Ok, Status::Ok));
+    assert_eq!((copy.profile.in_place, kept.profile.in_place), (0, 1));
+    // The copy is one more allocation (the constant, x1, x2, relu_'s copy, x3 against four)
+    // and holds x2 and its copy at once: 1 KiB + 2 x 8 MiB; in place, 1 KiB + 8 MiB + x3's 8 MiB.
+    assert_eq!((copy_alloc.requests, kept_alloc.requests), (5, 4));
+    assert_eq!(copy.profile.peak_bytes, 1024 + 2 * (8 << 20));
+    assert_eq!(kept.profile.peak_bytes, 1024 + 2 * (8 << 20));
+    // Same compute: the update runs once either way.
+    assert_eq!(copy.clock, kept.clock);
+    assert_eq!(base.compute_ns, 35);
+}
+
+fn device_options(
+    strategies: &[Strategy],
+    conf: &str,
+    partition: bool,
+    in_place: bool,
+) -> SweepOptions {
+    SweepOptions {
+        device: Some(DeviceOptions {
+            strategies: strategies.to_vec(),
+            alloc_conf: AllocatorConfig::parse(conf).unwrap(),
+            partition,
+            in_place,
+        }),
+        ..SweepOptions::default()
+    }
+}
+
+/// Every run's reserved peak within its device's capacity (and the core's own count too).
+fn assert_hard(name: &str, sw: &Sweep) {
+    for r in &sw.runs {
+        let a = r.allocator.expect("allocator figures");
+        let s = r.strategy.expect("a strategy");
+        assert!(
+            a.peak_reserved_bytes <= r.budget_bytes,
+            "{name} {s} at {}: reserved {} over the device's {}",
+            r.ratio,
+            a.peak_reserved_bytes,
+            r.budget_bytes
+        );
+        assert!(
+            r.result.profile.peak_bytes <= r.budget_bytes,
+            "{name} {s} at {}",
+            r.ratio
+        );
+        assert!(a.peak_allocated_bytes <= a.peak_reserved_bytes);
+    }
+}
+
+fn hard_budget(strategies: &[Strategy], conf: &str, partition: bool, in_place: bool) {
+    let Some(dir) = support::dtr_logs_dir() else {
+        return;
+    };
+    for name in support::LOGS {
+        let lg = log::parse_file(&support::log_path(&dir, name)).unwrap();
+        let sw = sweep::sweep(&lg, &device_options(strategies, conf, partition, in_place)).unwrap();
+        assert_eq!(sw.runs.len(), 10 * strategies.len());
+        assert_hard(name, &sw);
+        // At the no-eviction peak every log completes.
+        for s in strategies {
+            let at_one = sw
+                .runs
+                .iter()
+                .find(|r| r.strategy == Some(*s) && r.ratio == 1.0)
+                .unwrap();
+            assert_eq!(at_one.status(), Status::Ok, "{name} {s} at 1.0");
+        }
+    }
+}
+
+#[test]
+fn reserved_never_passes_the_device_on_every_shared_log_default_allocator() {
+    hard_budget(&Strategy::ALL, "", false, false);
+}
+
+#[test]
+fn reserved_never_passes_the_device_with_expandable_segments() {
+    hard_budget(
+        &[Strategy::Window],
+        "expandable_segments:True",
+        false,
+        false,
+    );
+}
+
+#[test]
+fn reserved_never_passes_the_device_with_partition_and_in_place() {
+    hard_budget(&[Strategy::Window], "", true, true);
+}
+
+fn step_ratios() -> Vec<f64> {
+    (1..=20).map(|k| k as f64 * 0.05).collect()
+}
+
+#[test]
+#[ignore = "the full grid, release build: cargo xtask soak"]
+fn soak_every_strategy_and_layout_at_005_steps() {
+    let Some(dir) = support::dtr_logs_dir() else {
+        return;
+    };
+    for name in support::LOGS {
+        let lg = log::parse_file(&support::log_path(&dir, name)).unwrap();
+        for (conf, partition, in_place) in [
+            ("", false, false),
+            ("expandable_segments:True", false, false),
+            ("", true, false),
+            ("", false, true),
+            ("expandable_segments:True", true, true),
+            ("max_split_size_mb:64", false, false),
+        ] {
+            let options = SweepOptions {
+                ratios: step_ratios(),
+                ..device_options(&Strategy::ALL, conf, partition, in_place)
+            };
+            let sw = sweep::sweep(&lg, &options).unwrap();
+            assert_eq!(sw.runs.len(), 20 * Strategy::ALL.len());
+            assert_hard(name, &sw);
+        }
+    }
+}
+
+#[test]
+#[ignore = "the issue's figures, release build: cargo xtask soak"]
+fn window_on_the_default_allocator_is_near_the_allocator_blind_ideal() {
+    let Some(dir) = support::dtr_logs_dir() else {
+        return;
+    };
+    // The allocator-blind ideal at 0.05 steps (simrd's semantics), from the table
+    // rounded to the grid: within 0.05 of it.
+    let targets = [
+        ("unet", 0.55),
+        ("tv_densenet121", 0.35),
+        ("lstm", 0.35),
+        ("transformer", 0.35),
+        ("resnet32", 0.25),
+    ];
+    for (name, target) in targets {
+        let lg = log::parse_file(&support::log_path(&dir, name)).unwrap();
+        let base = sim::baseline(&lg).unwrap();
+        let blind = sweep::sweep(
+            &lg,
+            &SweepOptions {
+                ratios: step_ratios(),
+                ..SweepOptions::default()
+            },
+        )
+        .unwrap();
+        let options = SweepOptions {
+            ratios: step_ratios(),
+            ..device_options(&[Strategy::Window], "", false, false)
+        };
+        let sw = sweep::sweep(&lg, &options).unwrap();
+        assert_hard(name, &sw);
+        let (smallest, _) = sweep::smallest_ratio(&sw.runs, 1.5).expect("some budget completes");
+        let (ideal, _) = sweep::smallest_ratio(&blind.runs, 1.5).unwrap();
+        assert!(
+            smallest <= target + 1e-9 && smallest <= ideal + 0.05 + 1e-9,
+            "{name}: smallest {smallest}, blind {ideal}, target {target}"
+        );
+        for (r, b) in sw.runs.iter().zip(&blind.runs) {
+            assert_eq!(r.budget_bytes, budget_for_ratio(base.peak_bytes, r.ratio));
+            if r.ratio >= 0.5 - 1e-9 {
+                if let Some(bo) = b.overhead {
+                    let o = r.overhead.unwrap_or_else(|| {
+                        panic!(
+                            "{name} at {}: {} where the blind run completes",
+                            r.ratio,
+                            r.status()
+                        )
+                    });
+                    assert!(
+                        o <= 1.10 * bo,
+                        "{name} at {}: {o} against blind {bo}",
+                        r.ratio
+                    );
+                }
+            }
+        }
+    }
+}
