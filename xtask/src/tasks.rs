@@ -185,19 +185,16 @@ pub fn gpu_test() -> TaskResult {
     ]);
     run("probe", probe)?;
 
-    for krate in ["c10-cuda", "aten"] {
+    for (krate, targets) in [
+        ("c10-cuda", &["gpu", "gpu_ipc", "gpu_pinned"][..]),
+        ("aten", &["gpu", "gpu_pinned_ipc"][..]),
+    ] {
         let mut tests = cargo();
-        tests.args([
-            "test",
-            "-p",
-            krate,
-            "--features",
-            "gpu-tests",
-            "--test",
-            "gpu",
-            "--",
-            "--test-threads=1",
-        ]);
+        tests.args(["test", "-p", krate, "--features", "gpu-tests"]);
+        for target in targets {
+            tests.args(["--test", target]);
+        }
+        tests.args(["--", "--test-threads=1"]);
         run(&format!("gpu-tests {krate}"), tests)?;
     }
     torch_pluggable()

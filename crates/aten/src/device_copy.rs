@@ -11,6 +11,11 @@
 //!   GPU ([`cuda_front`]); without one, [`Error::CudaUnavailable`] says what the probe found.
 //!   A CUDA *destination* must be contiguous; a CUDA source may have any layout (the bytes its
 //!   layout spans are copied, then viewed on the host).
+//! * Pinned staging ([`crate::pinned`]): host-to-CUDA copies go through a pinned block of the
+//!   CUDA host allocator (or straight from the source when it is a pinned contiguous tensor of
+//!   the destination's shape and dtype), and the sync copies stage through a pinned block on the
+//!   simulated device and from CUDA too. Where no pinned block can be had, pageable memory
+//!   stages instead.
 
 use std::sync::Arc;
 
@@ -69,8 +74,9 @@ fn cuda_of(t: &Tensor) -> Result<(Arc<CachingAllocator<CudaDevice>>, u8)> {
 }
 
 /// Copies a CUDA tensor's elements to a new CPU tensor with the same sizes and strides (the
-/// bytes its layout spans are fetched with one device-to-host copy).
-fn cuda_to_host(op: &'static str, t: &Tensor) -> Result<Tensor> {
+/// bytes its layout spans are fetched with one device-to-host copy), into a pinned block when
+/// `pinned`.
+fn cuda_to_host(op: &'static str, t: &Tensor, pinned: bool) -> Result<Tensor> {
     if t.device().device_type() != DeviceType::Cuda {
         return Err(Error::UnsupportedDevice {
             op,
@@ -85,7 +91,11 @@ fn cuda_to_host(op: &'static str, t: &Tensor) -> Result<Tensor> {
     }
     let first = t.storage_offset() as usize;
     let span = required - first;
-    let host = Tensor::empty_uninit(&[span as i64], t.dtype(), Device::cpu())?;
+    let host = if pinned {
+        crate::pinned::staging(op, DeviceType::Cuda, &[span as i64], t.dtype())?
+    } else {
+        Tensor::empty_uninit(&[span as i64], t.dtype(), Device::cpu())?
+    };
     let (front, index) = cuda_of(t)?;
     let src = t.storage().data_ptr() as u64 + (first * itemsize) as u64;
     host::with_bytes_mut(op, &host, |bytes| {
@@ -137,7 +147,7 @@ pub(crate) fn copy_across(
     let (src, src_layout) = if host::is_host_accessible(src) {
         (src.clone(), src_layout)
     } else {
-        let host = cuda_to_host(op, src)?;
+        let host = cuda_to_host(op, src, false)?;
         let layout = Layout::from_parts(
             src_layout.sizes().to_vec(),
             src_layout.strides().to_vec(),
@@ -148,7 +158,16 @@ pub(crate) fn copy_across(
     if host::is_host_accessible(dst) {
         return copy_kernel(op, dst, &src, src_layout);
     }
-    let staged = Tensor::empty_uninit(dst.sizes(), dst.dtype(), Device::cpu())?;
+    // A pinned contiguous source of the destination's shape and dtype is copied from directly.
+    if src.is_pinned()
+        && src.dtype() == dst.dtype()
+        && src_layout == *src.layout()
+        && src.sizes() == dst.sizes()
+        && src.is_contiguous()
+    {
+        return copy_host_to_device(op, dst, &src);
+    }
+    let staged = crate::pinned::staging(op, dst.device().device_type(), dst.sizes(), dst.dtype())?;
     copy_kernel(op, &staged, &src, src_layout)?;
     copy_host_to_device(op, dst, &staged)
 }
@@ -183,7 +202,12 @@ impl Tensor {
         let op = "sync_copy_from_cpu";
         self.check_host_buffer::<T>(op, size_of_val(data))?;
         crate::copy::check_no_internal_overlap(op, self)?;
-        if host::is_host_accessible(self) {
+        if self.device().device_type() == DeviceType::Sim && host::is_host_accessible(self) {
+            // SyncCopyFromCPU on the simulated device: through a pinned staging block.
+            let staged = crate::pinned::staging(op, DeviceType::Sim, self.sizes(), self.dtype())?;
+            staged.sync_copy_from_cpu(data)?;
+            copy_kernel(op, self, &staged, staged.layout().clone())?;
+        } else if host::is_host_accessible(self) {
             let access = Access::lock(op, &[], &[self])?;
             let mut values = data.iter().copied();
             access
@@ -206,10 +230,17 @@ impl Tensor {
     pub fn sync_copy_to_cpu<T: Element>(&self, out: &mut [T]) -> Result<()> {
         let op = "sync_copy_to_cpu";
         self.check_host_buffer::<T>(op, size_of_val(out))?;
-        let host = if host::is_host_accessible(self) {
+        let host = if self.device().device_type() == DeviceType::Sim
+            && host::is_host_accessible(self)
+        {
+            // SyncCopyToCPU on the simulated device: through a pinned staging block.
+            let staged = crate::pinned::staging(op, DeviceType::Sim, self.sizes(), self.dtype())?;
+            copy_kernel(op, &staged, self, self.layout().clone())?;
+            staged
+        } else if host::is_host_accessible(self) {
             self.clone()
         } else {
-            cuda_to_host(op, self)?
+            cuda_to_host(op, self, true)?
         };
         let access = Access::lock(op, &[&host], &[])?;
         let mut slots = out.iter_mut();

@@ -345,6 +345,16 @@ pub enum Error {
         /// The device's error.
         source: c10_cuda::device::DeviceError,
     },
+
+    /// Sharing a tensor with another process or opening one failed: a bad or stale handle, or
+    /// memory that cannot be shared ([`crate::ipc`]).
+    #[error("{op}: {source}")]
+    Ipc {
+        /// The operation.
+        op: &'static str,
+        /// What went wrong.
+        source: c10_cuda::ipc::IpcError,
+    },
 }
 
 /// `std::result::Result` with this crate's [`enum@Error`].

@@ -10,8 +10,9 @@
 //! 1. **The bytes are host memory.** A CPU storage's bytes are host memory by c10-core's
 //!    `Allocator` contract. A simulated-device storage is used only after
 //!    [`crate::sim::is_host_range`] confirmed that its whole byte range lies inside a live segment
-//!    of a host-backed [`c10_cuda::SimDevice`] (device address == host address). Any other device
-//!    is refused.
+//!    of a host-backed [`c10_cuda::SimDevice`] (device address == host address), or inside
+//!    simulated memory another process shared with this one (an open IPC mapping, which the
+//!    storage's `DataPtr` keeps open). Any other device is refused.
 //! 2. **Every element is inside the storage.** `TensorImpl` guarantees its layout fits its
 //!    storage; layouts made for broadcasting (stride 0) are checked again here. Storages in
 //!    tensors are never resizable, and the [`Access`] borrows the tensors, so the allocation stays

@@ -29,6 +29,8 @@
 //! | [`access`] | `to_vec`, `item`, locked slices ([`SliceGuard`], [`SliceGuardMut`]) |
 //! | [`copy`] | `copy_`, `contiguous`, `deep_clone` (PyTorch's `clone`), `to_dtype`, `fill_`, `zero_` |
 //! | [`device_copy`] | `to(device)`, `sync_copy_from_cpu` / `sync_copy_to_cpu`, the lazy CUDA allocator |
+//! | [`pinned`] | `pin_memory`, `is_pinned`, the pinned host allocators and the staging of copies to a device |
+//! | [`ipc`] | `share_ipc` / `from_ipc`: a tensor's bytes shared with another process |
 //! | [`ops`] | CPU kernels: [`ops::elementwise`], [`ops::reduce`], [`ops::matmul`], [`ops::softmax`], [`ops::loss`] |
 //! | [`promotion`] | type promotion: [`Scalar`], `promote_types`, `result_type`, `can_cast` |
 //! | [`strided_index`] | iteration over non-contiguous layouts |
@@ -105,8 +107,10 @@ pub mod device_copy;
 pub mod display;
 pub mod error;
 mod host;
+pub mod ipc;
 pub mod layout;
 pub mod ops;
+pub mod pinned;
 pub mod promotion;
 mod scalar;
 pub mod sim;

@@ -67,8 +67,30 @@ pub fn install_with_config(
     capacity: usize,
     config: AllocatorConfig,
 ) -> Result<Arc<CachingAllocator<SimDevice>>> {
+    install_devices(device_count, capacity, config, false)
+}
+
+/// [`install`] with devices whose memory lives in shareable `memfd_create` regions
+/// ([`SimDevice::with_shareable_memory`], Linux only), so that their tensors can be shared with
+/// other processes ([`crate::Tensor::share_ipc`]). Each live segment holds a file descriptor.
+///
+/// # Errors
+/// As [`install`].
+pub fn install_shareable(
+    device_count: u8,
+    capacity: usize,
+) -> Result<Arc<CachingAllocator<SimDevice>>> {
+    install_devices(device_count, capacity, AllocatorConfig::default(), true)
+}
+
+fn install_devices(
+    device_count: u8,
+    capacity: usize,
+    config: AllocatorConfig,
+    shareable: bool,
+) -> Result<Arc<CachingAllocator<SimDevice>>> {
     let devices: Vec<SimDevice> = (0..device_count)
-        .map(|i| SimDevice::host_backed(i, capacity))
+        .map(|i| SimDevice::host_backed(i, capacity).with_shareable_memory(shareable))
         .collect();
     let front = Arc::new(CachingAllocator::new(devices.clone(), config)?);
     let mut installed = INSTALLED.write();
@@ -106,8 +128,20 @@ pub fn installed() -> Option<Arc<CachingAllocator<SimDevice>>> {
     INSTALLED.read().front.clone()
 }
 
+/// The device with `index` of the latest [`install`], if any.
+pub(crate) fn installed_device(index: u8) -> Option<SimDevice> {
+    INSTALLED
+        .read()
+        .devices
+        .iter()
+        .rev()
+        .find(|d| d.index() == index)
+        .cloned()
+}
+
 /// Whether `[ptr, ptr + len)` lies in live host-backed memory of an installed simulated device
-/// with `device`'s index.
+/// with `device`'s index, or in simulated memory another process shared with this one
+/// ([`c10_cuda::ipc::is_open_host_range`]; such a storage holds the mapping open).
 pub(crate) fn is_host_range(device: Device, ptr: u64, len: usize) -> bool {
     let index = normalize_device(device).index().unwrap_or(0);
     INSTALLED
@@ -115,4 +149,5 @@ pub(crate) fn is_host_range(device: Device, ptr: u64, len: usize) -> bool {
         .devices
         .iter()
         .any(|d| d.index() == index && d.is_host_range(ptr, len))
+        || c10_cuda::ipc::is_open_host_range(ptr, len)
 }

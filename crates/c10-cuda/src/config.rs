@@ -163,18 +163,17 @@ pub struct AllocatorConfig {
     /// alias `release_lock_on_hipmalloc`). Accepted for compatibility; no effect here.
     pub release_lock_on_cudamalloc: bool,
     /// Pinned host memory through `cudaHostRegister` instead of `cudaHostAlloc`
-    /// (`pinned_use_cuda_host_register:True|False`, alias `pinned_use_hip_host_register`).
-    /// Accepted for compatibility; no effect here.
+    /// (`pinned_use_cuda_host_register:True|False`, alias `pinned_use_hip_host_register`); read
+    /// by the pinned host allocator ([`crate::host_allocator::HostAllocatorConfig`]).
     pub pinned_use_cuda_host_register: bool,
     /// Threads used to register pinned memory (`pinned_num_register_threads:N`, a power of two
-    /// from 1 to [`MAX_PINNED_REGISTER_THREADS`], default 1). Accepted for compatibility; no
-    /// effect here.
+    /// from 1 to [`MAX_PINNED_REGISTER_THREADS`], default 1); read by the pinned host allocator.
     pub pinned_num_register_threads: usize,
     /// MiB reserved up front by the pinned host allocator (`pinned_reserve_segment_size_mb:N`,
     /// `N > 0`; 0, the default, means not set). Accepted for compatibility; no effect here.
     pub pinned_reserve_segment_size_mb: usize,
     /// Process pinned-memory events on a background thread
-    /// (`pinned_use_background_threads:True|False`). Accepted for compatibility; no effect here.
+    /// (`pinned_use_background_threads:True|False`); read by the pinned host allocator.
     pub pinned_use_background_threads: bool,
     /// Reuse blocks freed during CUDA graph capture once their recorded streams are done
     /// (`graph_capture_record_stream_reuse:True|False`). Accepted for compatibility; no effect

@@ -21,6 +21,8 @@ use parking_lot::Mutex;
 
 use crate::device::{DeviceError, DeviceMemory, DevicePtr, EventId, MemInfo, StreamId};
 
+mod ipc;
+
 /// What [`probe`] found: whether a CUDA driver and at least one device are usable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Probe {
@@ -506,6 +508,11 @@ impl CudaDevice {
         if vmm.covers(ptr, end) {
             return Ok(f());
         }
+        drop(vmm);
+        // Memory of another process opened here (`crate::ipc`), kept open meanwhile.
+        if let Some(r) = crate::ipc::with_open_range(ptr, len, f) {
+            return Ok(r);
+        }
         Err(DeviceError::Invalid {
             what: "device range (not inside memory allocated by this device)",
             value: ptr,
@@ -847,13 +854,9 @@ impl DeviceMemory for CudaDevice {
             });
         }
         let device = self.ctx.cu_device();
-        let prop = allocation_prop(device);
-        let mut handle: sys::CUmemGenericAllocationHandle = 0;
-        // SAFETY: `handle` is writable and `prop` fully initialized for the call; `size` is a
-        // multiple of the granularity; the context is bound.
-        unsafe { sys::cuMemCreate(&mut handle, size, &prop, 0) }
-            .result()
-            .map_err(alloc_failure("cuMemCreate", size))?;
+        // `cuMemCreate`, exportable to other processes where the device allows (`crate::ipc`).
+        let handle =
+            ipc::mem_create(&self.ctx, size).map_err(alloc_failure("cuMemCreate", size))?;
         // SAFETY: `[ptr, ptr + size)` lies in a reservation of this context with nothing mapped in
         // it (checked under the lock we hold); `handle` is a fresh allocation of exactly `size`.
         let mapped = unsafe { sys::cuMemMap(ptr, size, 0, handle, 0) }
@@ -907,6 +910,8 @@ impl DeviceMemory for CudaDevice {
             .result()
             .map_err(driver("cuMemUnmap"))?;
         vmm.mappings.remove(&ptr);
+        // A descriptor exported for IPC would keep the physical memory: close it.
+        ipc::release_exported(self.index, ptr);
         // SAFETY: `mapping.handle` came from `cuMemCreate`, is no longer mapped anywhere, and is
         // released exactly once (its entry is gone).
         unsafe { sys::cuMemRelease(mapping.handle) }
@@ -920,6 +925,7 @@ impl Drop for CudaDevice {
     /// segments still held (errors are ignored). Events and streams are destroyed by cudarc when
     /// their maps drop.
     fn drop(&mut self) {
+        ipc::release_all_exported(self.index);
         let vmm = self.vmm.get_mut();
         let segments = self.segments.get_mut();
         if vmm.mappings.is_empty() && vmm.reservations.is_empty() && segments.is_empty() {

@@ -1,7 +1,11 @@
 //! Host memory behind a host-backed simulated device: aligned segments and reserved address
-//! ranges whose pages are committed on demand.
+//! ranges whose pages are committed on demand; private heap memory, or shareable memfd regions
+//! (`crate::shared_memory`) that another process can map (the device's IPC).
 
 use std::alloc::Layout;
+
+#[cfg(target_os = "linux")]
+use crate::shared_memory::SharedRegion;
 
 /// Alignment of host-backed segments, in bytes (CUDA guarantees at least 256; PyTorch's
 /// blocks are multiples of 512; we use a page).
@@ -13,6 +17,10 @@ const SEGMENT_ALIGN: usize = 4096;
 pub(crate) struct HostAllocation {
     ptr: *mut u8,
     layout: Layout,
+    /// The memfd region behind a shareable segment (then `ptr` is its mapping and nothing is
+    /// freed through `layout`).
+    #[cfg(target_os = "linux")]
+    shared: Option<SharedRegion>,
 }
 
 // SAFETY: the allocation is plain bytes owned by this value; moving ownership between threads
@@ -31,17 +39,52 @@ impl HostAllocation {
         if ptr.is_null() {
             return None;
         }
-        Some(HostAllocation { ptr, layout })
+        Some(HostAllocation {
+            ptr,
+            layout,
+            #[cfg(target_os = "linux")]
+            shared: None,
+        })
+    }
+
+    /// `size` zeroed bytes in a shareable memfd region (Linux only); `None` when the host
+    /// refuses.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn new_shared(size: usize) -> Option<Self> {
+        let layout = Layout::from_size_align(size, SEGMENT_ALIGN).ok()?;
+        let region = SharedRegion::create("sim-segment", size, true).ok()?;
+        Some(HostAllocation {
+            ptr: region.addr() as *mut u8,
+            layout,
+            shared: Some(region),
+        })
+    }
+
+    /// Unsupported off Linux.
+    #[cfg(not(target_os = "linux"))]
+    pub(crate) fn new_shared(_size: usize) -> Option<Self> {
+        None
     }
 
     /// The address as a device address.
     pub(crate) fn addr(&self) -> u64 {
         self.ptr as u64
     }
+
+    /// The memfd region behind a shareable segment.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn shared(&self) -> Option<&SharedRegion> {
+        self.shared.as_ref()
+    }
 }
 
 impl Drop for HostAllocation {
     fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if self.shared.is_some() {
+            // The region unmaps and closes itself.
+            return;
+        }
         // SAFETY: `ptr` came from `alloc_zeroed` with exactly `layout` and is freed only here.
         unsafe { std::alloc::dealloc(self.ptr, self.layout) };
     }
@@ -54,6 +97,9 @@ impl Drop for HostAllocation {
 pub(crate) struct HostReservation {
     ptr: *mut u8,
     size: usize,
+    /// The memfd region behind a shareable reservation (then it owns the mapping).
+    #[cfg(target_os = "linux")]
+    shared: Option<SharedRegion>,
 }
 
 // SAFETY: as for HostAllocation: the mapping is owned by this value and used under the
@@ -85,7 +131,33 @@ impl HostReservation {
         Some(HostReservation {
             ptr: ptr.cast(),
             size,
+            #[cfg(target_os = "linux")]
+            shared: None,
         })
+    }
+
+    /// Reserves `size` bytes backed by a sparse shareable memfd region (Linux only): pages take
+    /// memory only once committed and written.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn new_shared(size: usize) -> Option<Self> {
+        let region = SharedRegion::create("sim-reservation", size, false).ok()?;
+        Some(HostReservation {
+            ptr: region.addr() as *mut u8,
+            size,
+            shared: Some(region),
+        })
+    }
+
+    /// Unsupported off Linux.
+    #[cfg(not(target_os = "linux"))]
+    pub(crate) fn new_shared(_size: usize) -> Option<Self> {
+        None
+    }
+
+    /// The memfd region behind a shareable reservation.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn shared(&self) -> Option<&SharedRegion> {
+        self.shared.as_ref()
     }
 
     /// The start address as a device address.
@@ -99,6 +171,10 @@ impl HostReservation {
 
     /// Makes `[ptr, ptr + size)` readable and writable (fresh pages read as zero).
     pub(crate) fn commit(&self, ptr: u64, size: usize) -> bool {
+        #[cfg(target_os = "linux")]
+        if let Some(region) = &self.shared {
+            return region.commit(ptr, size);
+        }
         if !self.contains(ptr, size) {
             return false;
         }
@@ -115,6 +191,10 @@ impl HostReservation {
 
     /// Drops the contents of `[ptr, ptr + size)` and removes access again.
     pub(crate) fn decommit(&self, ptr: u64, size: usize) {
+        #[cfg(target_os = "linux")]
+        if let Some(region) = &self.shared {
+            return region.decommit(ptr, size);
+        }
         if !self.contains(ptr, size) {
             return;
         }
@@ -148,6 +228,11 @@ impl HostReservation {
 
 impl Drop for HostReservation {
     fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if self.shared.is_some() {
+            // The region unmaps and closes itself.
+            return;
+        }
         #[cfg(unix)]
         // SAFETY: `ptr`/`size` are exactly the mapping created in `new`, unmapped only here.
         unsafe {

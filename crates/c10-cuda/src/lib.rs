@@ -17,7 +17,9 @@
 //! `Allocator`; [`config::AllocatorConfig`] (PYTORCH_CUDA_ALLOC_CONF);
 //! [`stats::DeviceStats`] with `memory_stats()`'s keys (123 under torch 2.15's rules, 122 under 2.7's); [`summary::memory_summary`];
 //! [`snapshot`] and [`history`] in PyTorch's snapshot format, with the call sites of
-//! allocations and frees ([`call_site`]); [`oom::OutOfMemoryError`].
+//! allocations and frees ([`call_site`]); [`oom::OutOfMemoryError`]; [`ipc`], sharing blocks
+//! with other processes (PyTorch's `shareIpcHandle` / `getIpcDevPtr`); and
+//! [`host_allocator`], PyTorch's pinned host caching allocator over [`pinned_memory`] backends.
 //!
 //! For owners that make room themselves (a rematerializing runtime under a device-memory
 //! budget): [`CappedDevice`] limits any device to a number of bytes;
@@ -57,11 +59,15 @@ mod expandable;
 mod free_index;
 pub mod front;
 pub mod history;
+pub mod host_allocator;
 mod host_memory;
 pub mod import;
 mod invariants;
+pub mod ipc;
+mod ipc_refcount;
 pub mod observer;
 pub mod oom;
+pub mod pinned_memory;
 pub mod placement;
 mod ptr_map;
 mod reconfigure;
@@ -69,6 +75,8 @@ mod release;
 pub mod room;
 pub mod rules;
 pub mod segment_view;
+#[cfg(target_os = "linux")]
+mod shared_memory;
 pub mod sim;
 pub mod sizes;
 pub mod snapshot;

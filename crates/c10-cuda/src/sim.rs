@@ -8,6 +8,10 @@
 //!   Expandable segments reserve address space with `mmap(PROT_NONE)` and map pages with
 //!   `mprotect`.
 //!
+//! A host-backed device made [`SimDevice::with_shareable_memory`] puts its segments and
+//! reserved ranges in `memfd_create` regions instead of the heap, so another process can map
+//! the same bytes: what its IPC handles (`crate::ipc`) name.
+//!
 //! Streams and events are simulated: an event recorded on a stream stays pending until the
 //! test completes it ([`SimDevice::complete_stream`], [`SimDevice::complete_all`]) or someone
 //! synchronizes on it, unless auto-completion is on.
@@ -20,6 +24,9 @@ use parking_lot::Mutex;
 use crate::address_space::AddressSpace;
 use crate::device::{DeviceError, DeviceMemory, DevicePtr, EventId, MemInfo, StreamId};
 use crate::host_memory::{HostAllocation, HostReservation};
+
+#[cfg(target_os = "linux")]
+mod ipc;
 
 /// How a [`SimDevice`] backs its memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +78,8 @@ struct SimState {
     next_stream: u64,
     auto_complete: bool,
     virtual_memory: bool,
+    /// Host-backed segments and reservations live in shareable memfd regions.
+    shareable: bool,
     counters: SimCounters,
     /// Addresses the next `malloc`s of matching size must return (trace replay).
     script: VecDeque<(DevicePtr, usize)>,
@@ -128,6 +137,7 @@ impl SimDevice {
                 next_stream: 1,
                 auto_complete: false,
                 virtual_memory,
+                shareable: false,
                 counters: SimCounters::default(),
                 script: VecDeque::new(),
             })),
@@ -146,6 +156,22 @@ impl SimDevice {
         s.virtual_memory = on && (self.mode == SimMode::AddressOnly || cfg!(unix));
         drop(s);
         self
+    }
+
+    /// Puts host-backed memory allocated from now on in shareable `memfd_create` regions (Linux
+    /// only), builder style, so that IPC handles of its blocks can be opened by another process
+    /// (`crate::ipc`). Each live segment then holds one open file descriptor. Has no effect on
+    /// an address-only device or off Linux ([`SimDevice::is_shareable`] says which).
+    pub fn with_shareable_memory(self, on: bool) -> Self {
+        self.state.lock().shareable =
+            on && self.mode == SimMode::HostBacked && cfg!(target_os = "linux");
+        self
+    }
+
+    /// Whether host-backed memory is allocated in shareable regions
+    /// ([`SimDevice::with_shareable_memory`]).
+    pub fn is_shareable(&self) -> bool {
+        self.state.lock().shareable
     }
 
     /// The mode.
@@ -380,7 +406,12 @@ impl DeviceMemory for SimDevice {
                 }
             },
             (None, SimMode::HostBacked) => {
-                let alloc = HostAllocation::new(size).ok_or(DeviceError::OutOfMemory { size })?;
+                let alloc = if s.shareable {
+                    HostAllocation::new_shared(size)
+                } else {
+                    HostAllocation::new(size)
+                }
+                .ok_or(DeviceError::OutOfMemory { size })?;
                 let p = alloc.addr();
                 s.host_segments.insert(p, alloc);
                 p
@@ -526,7 +557,12 @@ impl DeviceMemory for SimDevice {
                     })?
             }
             SimMode::HostBacked => {
-                let r = HostReservation::new(size).ok_or(DeviceError::Driver {
+                let r = if s.shareable {
+                    HostReservation::new_shared(size)
+                } else {
+                    HostReservation::new(size)
+                }
+                .ok_or(DeviceError::Driver {
                     call: "cuMemAddressReserve",
                     message: format!("mmap of {size} bytes of address space failed"),
                 })?;

@@ -460,7 +460,9 @@ impl NDArray {
 
     /// Copies `data` (row-major) into the array, synchronously (MXNet's `SyncCopyFromCPU`):
     /// checks the buffer, waits for every read and write pushed before
-    /// ([`NDArray::wait_to_write`]), then copies.
+    /// ([`NDArray::wait_to_write`]), then copies. On a device (CUDA, the simulated device) the
+    /// copy goes through a pinned staging block of aten's pinned host allocator
+    /// ([`aten::pinned`], PyTorch's `CachingHostAllocator`).
     ///
     /// # Errors
     /// [`aten::Error::DtypeMismatch`] unless `T` is the dtype, and
@@ -475,7 +477,8 @@ impl NDArray {
 
     /// Copies the array's elements (row-major) into `out`, synchronously (MXNet's
     /// `SyncCopyToCPU`): checks the buffer, waits for every write pushed before
-    /// ([`NDArray::wait_to_read`]), then copies.
+    /// ([`NDArray::wait_to_read`]), then copies (through a pinned staging block from a device,
+    /// as [`NDArray::sync_copy_from_cpu`]).
     ///
     /// # Errors
     /// As [`NDArray::sync_copy_from_cpu`].

@@ -1,0 +1,120 @@
+//! The simulated device's IPC backend: handles of host-backed segments (and of the pages of
+//! expandable reservations) that live in shareable `memfd_create` regions, and their opening
+//! in another process (see `crate::shared_memory` for how the region is found and checked).
+
+use super::{SimDevice, SimMode};
+use crate::ipc::{IpcError, IpcMemory, OpenedMemory, SegmentHandle, ShareRange, SimRegion};
+
+impl IpcMemory for SimDevice {
+    /// The memfd region behind `range` (the whole segment, or the reservation's pages covering
+    /// the block), as process id, descriptor, nonce and range.
+    ///
+    /// # Errors
+    /// [`IpcError::Unsupported`] on an address-only device or for memory allocated while the
+    /// device was not [`SimDevice::with_shareable_memory`]; [`IpcError::UnknownPointer`] when the
+    /// range is not memory of this device.
+    fn export_ipc(&self, range: &ShareRange) -> Result<SegmentHandle, IpcError> {
+        if self.mode != SimMode::HostBacked {
+            return Err(IpcError::Unsupported(
+                "an address-only simulated device has no bytes to share".into(),
+            ));
+        }
+        let not_shareable = || {
+            IpcError::Unsupported(
+                "this memory is not in a shareable region: make the host-backed device \
+                 with_shareable_memory(true) before allocating it"
+                    .into(),
+            )
+        };
+        let s = self.state.lock();
+        let pid = std::process::id();
+        match *range {
+            ShareRange::Segment { base, size } => {
+                let alloc = s
+                    .host_segments
+                    .get(&base)
+                    .ok_or(IpcError::UnknownPointer { ptr: base })?;
+                let region = alloc.shared().ok_or_else(not_shareable)?;
+                if region.size() != size {
+                    return Err(IpcError::UnknownPointer { ptr: base });
+                }
+                Ok(SegmentHandle::Sim {
+                    region: SimRegion::Segment,
+                    pid,
+                    fd: region.raw_fd(),
+                    nonce: region.nonce(),
+                    region_size: size as u64,
+                    map_offset: 0,
+                    map_size: size as u64,
+                })
+            }
+            ShareRange::Expandable {
+                reservation,
+                reservation_size,
+                begin,
+                len,
+                ..
+            } => {
+                let r = s
+                    .host_reservations
+                    .get(&reservation)
+                    .ok_or(IpcError::UnknownPointer { ptr: reservation })?;
+                let region = r.shared().ok_or_else(not_shareable)?;
+                let end = begin + len as u64;
+                if region.size() != reservation_size
+                    || begin < reservation
+                    || end > reservation + reservation_size as u64
+                {
+                    return Err(IpcError::UnknownPointer { ptr: begin });
+                }
+                Ok(SegmentHandle::Sim {
+                    region: SimRegion::Reservation,
+                    pid,
+                    fd: region.raw_fd(),
+                    nonce: region.nonce(),
+                    region_size: reservation_size as u64,
+                    map_offset: begin - reservation,
+                    map_size: len as u64,
+                })
+            }
+        }
+    }
+
+    /// Maps a simulated region of another process (any simulated device can open one: the bytes
+    /// are host memory).
+    ///
+    /// # Errors
+    /// [`IpcError::Stale`] when the region is gone; [`IpcError::Unsupported`] for CUDA handles.
+    fn open_ipc(&self, segment: &SegmentHandle) -> Result<OpenedMemory, IpcError> {
+        let SegmentHandle::Sim {
+            region,
+            pid,
+            fd,
+            nonce,
+            region_size,
+            map_offset,
+            map_size,
+        } = *segment
+        else {
+            return Err(IpcError::Unsupported(
+                "a simulated device cannot open CUDA memory".into(),
+            ));
+        };
+        let mapping = crate::shared_memory::open_remote(
+            region.kind(),
+            pid,
+            fd,
+            nonce,
+            region_size,
+            map_offset,
+            map_size,
+        )
+        .map_err(crate::ipc::remote_error)?;
+        Ok(OpenedMemory {
+            base: mapping.addr(),
+            len: mapping.len(),
+            host: true,
+            closer: Box::new(mapping),
+        })
+    }
+}
