@@ -162,10 +162,7 @@ fn print_cpu_ratios(title: &str, rows: &[Row]) {
         "| trace | ours cpu ns | {} | cubecl/ours | torch/ours front |",
         heads.join(" | ")
     );
-    println!(
-        "|---|---|{}---|---|",
-        "---|".repeat(oracle::VERSIONS.len())
-    );
+    println!("|---|---|{}---|---|", "---|".repeat(oracle::VERSIONS.len()));
     let cpu = |p: &PerPair| p.cpu_best;
     for r in rows {
         let torch: Vec<String> = r
@@ -210,9 +207,7 @@ fn is_pair(r: &Row) -> bool {
 }
 
 fn print_targets(cold: &[Row], warm: &[Row]) {
-    println!(
-        "\ntargets (wall clock, best replay; on shared cores see also the CPU-time ratios)"
-    );
+    println!("\ntargets (wall clock, best replay; on shared cores see also the CPU-time ratios)");
     for (i, v) in oracle::VERSIONS.iter().enumerate() {
         for (mode, rows) in [("cold", cold), ("warm", warm)] {
             let traces = rows.iter().filter(|r| !is_pair(r));
@@ -242,7 +237,9 @@ fn print_targets(cold: &[Row], warm: &[Row]) {
             "  >= 5x cubecl on every trace of 1,000+ allocations (cold): worst {q:.1}x ({name}), {}",
             verdict(q >= 5.0)
         ),
-        None => println!("  >= 5x cubecl: the peer was not measured (--features bench-peer-cubecl)"),
+        None => {
+            println!("  >= 5x cubecl: the peer was not measured (--features bench-peer-cubecl)")
+        }
     }
 }
 

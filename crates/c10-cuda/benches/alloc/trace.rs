@@ -161,8 +161,7 @@ impl Trace {
     /// Writes [`Self::ops_script`] to `dir/<name>.ops` and returns the path.
     pub fn write_ops(&self, dir: &Path) -> Result<PathBuf, String> {
         let path = dir.join(format!("{}.ops", self.name));
-        std::fs::write(&path, self.ops_script())
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(&path, self.ops_script()).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(path)
     }
 }
