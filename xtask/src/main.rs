@@ -22,7 +22,14 @@ tasks:
               (where a CUDA build of torch exists) PyTorch on libtensormem_alloc.so;
               fails (non-zero) when no driver or no device is found
   valgrind    run the unsafe-heavy crates' tests under valgrind memcheck
-  bench [F]   run the criterion benchmarks (optionally only those matching F)
+  bench [F]   run the criterion benchmarks (optionally only those matching F), the
+              allocator's with its cubecl peer and its side-by-side table
+  bench alloc [--quick] [F]
+              the caching allocator's bench alone: criterion groups (matching F), then
+              one table of ns per alloc+free pair on the six shared traces, cold and warm,
+              for ours, PyTorch 2.7.1 and 2.15.0 (torch-oracle --bench / --bench-warm, when
+              set up: ../shared/torch-oracle/setup.sh [VERSION]) and cubecl, with the
+              ratios and targets; --quick: the table only
   bench engine [--peer starpu]
               the engine's criterion bench, then engine-bench (W1..W4 x naive/pooled/
               per-device, 2 workers, 5 passes) with a table of medians; --peer starpu also
@@ -52,6 +59,9 @@ fn main() -> ExitCode {
         "valgrind" => tasks::valgrind(),
         "bench" if rest.first().map(String::as_str) == Some("engine") => {
             tasks::bench_engine(&rest[1..])
+        }
+        "bench" if rest.first().map(String::as_str) == Some("alloc") => {
+            tasks::bench_alloc(&rest[1..])
         }
         "bench" => tasks::bench(rest),
         "loom" => tasks::loom(),

@@ -292,11 +292,42 @@ pub fn valgrind() -> TaskResult {
 /// `cargo xtask bench [FILTER]`: the criterion benchmarks, in release mode.
 pub fn bench(filter: &[String]) -> TaskResult {
     let mut c = cargo();
-    c.args(["bench", "--workspace"]);
+    // The allocator bench's cubecl peer is part of every full run (its side-by-side table).
+    c.args([
+        "bench",
+        "--workspace",
+        "--features",
+        "c10-cuda/bench-peer-cubecl",
+    ]);
     if !filter.is_empty() {
         c.arg("--").args(filter);
     }
     run("bench", c)
+}
+
+/// `cargo xtask bench alloc [--quick] [F]`: the caching allocator's bench alone (with the
+/// cubecl peer): its criterion groups (optionally only those matching `F`), then the
+/// side-by-side table against PyTorch 2.7.1 and 2.15.0 (torch-oracle, when set up) and cubecl.
+/// `--quick` skips the criterion groups and prints the table only.
+pub fn bench_alloc(args: &[String]) -> TaskResult {
+    let mut c = cargo();
+    c.args([
+        "bench",
+        "-p",
+        "c10-cuda",
+        "--bench",
+        "alloc",
+        "--features",
+        "bench-peer-cubecl",
+        "--",
+    ]);
+    if args.iter().any(|a| a == "--quick") {
+        // A filter no criterion benchmark matches: only the table runs.
+        c.arg("side-by-side-table-only");
+    } else {
+        c.args(args.iter().filter(|a| *a != "--quick"));
+    }
+    run("bench alloc", c)
 }
 
 /// `cargo xtask loom`: the engine's loom models, built with `--cfg loom` in release mode in
