@@ -670,6 +670,15 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             .collect()
     }
 
+    /// The private pool holding the allocated block at `ptr` (what a snapshot's
+    /// `segment_pool_id` says of its segment); `None` when the block is in the default pools or
+    /// `ptr` is not an allocated block.
+    pub fn block_pool_id(&self, ptr: crate::device::DevicePtr) -> Option<MempoolId> {
+        let id = self.allocated.get(ptr)?;
+        let k = self.blocks.get(id).pool;
+        (k != 0).then(|| self.pools.id_of(k))
+    }
+
     /// The begun pools, in begin order (PyTorch's `captures_underway`).
     pub fn begun_pools(&self) -> Vec<MempoolId> {
         self.pools.begun.iter().map(|(id, _)| *id).collect()
