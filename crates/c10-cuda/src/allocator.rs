@@ -201,7 +201,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             if fraction == 1.0 && self.rules.version.fraction_one_is_unlimited() {
                 None
             } else {
-                Some((fraction * info.total as f64) as usize)
+                let limit = fraction * info.total as f64;
+                let limit = if self.rules.version.fraction_limit_rounds() {
+                    limit.round()
+                } else {
+                    limit
+                };
+                Some(limit as usize)
             };
         self.config.per_process_memory_fraction = Some(fraction);
         Ok(())
@@ -740,15 +746,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             });
         };
         let b = self.blocks.get_mut(id);
-        if stream != b.stream && !b.stream_uses.contains(&stream) {
-            b.stream_uses.push(stream);
+        if stream != b.stream {
+            if !b.stream_uses.contains(&stream) {
+                b.stream_uses.push(stream);
+            }
             if self.capture_underway() {
-                // torch 2.7's `block_to_cudagraph_stream_uses`.
-                self.pools
-                    .capture_stream_uses
-                    .entry(id)
-                    .or_default()
-                    .push(stream);
+                // torch 2.7's `block_to_cudagraph_stream_uses`: dropped from the block's uses
+                // when its deferred events are recorded, even if recorded before the begin.
+                self.pools.record_capture_use(id, stream);
             }
         }
         Ok(())

@@ -28,7 +28,7 @@
 //!   2.15 to the one begun last.
 //! - 2.15's pools have `use_on_oom` (a request that fails in the default pools takes a free
 //!   block of such a pool, right after the first device allocation failed, before any cached
-//!   segment is released) and `no_split` (blocks of the pool are never split), and it reports
+//!   segment is released; never with expandable segments) and `no_split` (blocks of the pool are never split), and it reports
 //!   `reserved_bytes_by_private_pools` in `memory_stats()`.
 
 use std::collections::BTreeMap;
@@ -364,6 +364,15 @@ impl PrivatePools {
             .iter()
             .enumerate()
             .filter_map(|(i, p)| p.as_ref().map(|p| (i as u32 + 1, p)))
+    }
+
+    /// torch 2.7: `stream` was recorded on block `id` while a pool was begun.
+    #[cold]
+    pub(crate) fn record_capture_use(&mut self, id: BlockId, stream: StreamId) {
+        let uses = self.capture_stream_uses.entry(id).or_default();
+        if !uses.contains(&stream) {
+            uses.push(stream);
+        }
     }
 
     /// Whether no `use_on_oom` pool id is set (torch 2.15).
@@ -740,6 +749,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             if begun {
                 pool.use_count += 1;
                 return Err(PoolError::AlreadyRecording { id }.into());
+            }
+            if self.config.expandable_segments {
+                // torch-oracle: with expandable segments 2.15 begins each pool (so the checks
+                // above fail as there) but never serves the request from it.
+                continue;
             }
             let mut q = *p;
             q.pool = k;

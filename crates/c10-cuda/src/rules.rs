@@ -68,6 +68,14 @@ impl TorchVersion {
         self >= TorchVersion::V2_15
     }
 
+    /// Whether the memory fraction's limit (`allowed_memory_maximum`) is `fraction * total`
+    /// rounded to the nearest byte (2.15) rather than truncated (2.7); seen in the
+    /// `device_total` an OOM observer gets (fraction 0.89 of 16 GiB: 15290083574 vs
+    /// 15290083573).
+    pub fn fraction_limit_rounds(self) -> bool {
+        self >= TorchVersion::V2_15
+    }
+
     /// Whether a begun private pool counts as a CUDA graph capture underway (2.7:
     /// `beginAllocateToPool` adds to `captures_underway`, so malloc skips event processing
     /// and the release-everything retry, frees with stream uses defer their events, and a

@@ -179,9 +179,17 @@ pub fn run(script: &Script, rules: Rules) -> Result<Vec<Line>, DriverError> {
                 fake.push(pool_result(r, "pool_release", pool, id, None));
             }
             Op::PoolDelete(pool) => {
+                // The oracle prints the line before the destructor empties the pool (its
+                // cudaFrees follow the line), unless torch 2.7's use-count check refuses it.
                 let id = id_of(pool);
-                let r = alloc.delete_mem_pool(id);
-                fake.push(pool_result(r, "pool_delete", pool, id, None));
+                let refused = rules.version.mem_pool_destructor_needs_sole_use()
+                    && alloc.pool_use_count(id).ok() != Some(1);
+                if !refused {
+                    fake.push(pool_result(Ok(()), "pool_delete", pool, id, None));
+                }
+                if let Err(e) = alloc.delete_mem_pool(id) {
+                    fake.push(error(Some(pool), &e.to_string()));
+                }
             }
             Op::PoolUseCount(pool) => {
                 let id = id_of(pool);
