@@ -733,10 +733,19 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     #[inline(never)]
     pub(crate) fn use_on_oom_block(&mut self, p: &mut Params) -> Result<Option<BlockId>> {
         for id in self.pools.use_on_oom.ids() {
-            let Some(k) = self.pools.slot_of(id) else {
-                continue;
+            // beginAllocateToPool(id, this thread) ... endAllocateToPool, releasePool. A pool
+            // forgotten since its id was set is made again (use count 1), and is left freeable
+            // (use count 0) by the release, as in PyTorch.
+            let k = match self.pools.slot_of(id) {
+                Some(k) => k,
+                None => {
+                    let k = self.pools.create(id);
+                    self.pools.pool_mut(k).use_count = 0;
+                    self.pools.freeable.insert(id);
+                    // A new pool has no blocks to serve the request.
+                    continue;
+                }
             };
-            // beginAllocateToPool(id, this thread) ... endAllocateToPool, releasePool.
             let begun = self.pools.begun.iter().any(|(b, _)| *b == id);
             let pool = self.pools.pool_mut(k);
             if pool.use_count <= 0 {

@@ -135,6 +135,11 @@ pub fn run(script: &Script, rules: Rules) -> Result<Vec<Line>, DriverError> {
                     fake.push(error(Some(pool), "pool name already used"));
                     continue;
                 }
+                if (*use_on_oom || *no_split) && !rules.version.has_mem_pool_options() {
+                    // torch-oracle refuses the options under 2.7 and makes no pool.
+                    fake.push(error(Some(pool), "use_on_oom/no_split need torch 2.15"));
+                    continue;
+                }
                 let id = match kind {
                     PoolKind::Graph => {
                         uuid += 1;
