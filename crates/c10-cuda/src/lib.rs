@@ -7,7 +7,8 @@
 //! best fit on `(stream, size, address)` (torch 2.15: the oldest segment first among equal
 //! sizes; [`rules`] picks the PyTorch version), splitting and merging, oversize blocks
 //! (`max_split_size`), the out-of-memory retry chain, `record_stream` with events, `empty_cache`,
-//! garbage collection under a memory fraction, and expandable segments. It never touches a
+//! garbage collection under a memory fraction, expandable segments, and private memory pools
+//! ([`private_pool`]: `torch.cuda.MemPool`, `beginAllocateToPool`). It never touches a
 //! device itself: everything goes through [`device::DeviceMemory`], implemented by
 //! [`sim::SimDevice`] (simulated, address-only or host-backed) and [`cuda::CudaDevice`]
 //! (cudarc's driver API).

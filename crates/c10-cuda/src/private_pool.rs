@@ -4,7 +4,7 @@
 //! `setUseOnOOM` / `setNoSplit`, and the pool-scoped `emptyCache(mempool_id)` /
 //! `snapshot(mempool_id)`).
 //!
-//! A private pool has its own small and large [`BlockPool`]s. While a pool is *begun* for a
+//! A private pool has its own small and large block pools (`BlockPool`s). While a pool is *begun* for a
 //! stream filter, allocations on the streams the filter accepts come from the pool's blocks and
 //! new segments of its own; its free blocks never serve anyone else, and the default pools'
 //! free blocks never serve it. Frees return a block to the pool its segment belongs to. A pool
@@ -12,9 +12,9 @@
 //! and its device allocations (`cudaMalloc_count`); at use count 0 it is *freeable*: the next
 //! `empty_cache` releases its unused segments, and once it holds none the pool is forgotten.
 //!
-//! The bookkeeping lives here ([`PrivatePools`], one per device allocator); the allocator's
+//! The bookkeeping lives here (`PrivatePools`, one per device allocator); the allocator's
 //! paths consult it only when a pool exists: with no pool begun, a malloc pays one predictable
-//! branch (in [`DeviceCachingAllocator::params`]).
+//! branch (in the allocator's `params`).
 //!
 //! The two PyTorch versions differ (each checked against the real allocators with
 //! torch-oracle; [`crate::rules::TorchVersion`]):
