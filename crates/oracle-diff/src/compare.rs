@@ -311,8 +311,13 @@ fn line_difference(x: &Option<Line>, y: &Option<Line>, order_sensitive: bool) ->
                 private_pool: p2,
                 ..
             },
-        ) => (i1 != i2 || s1 != s2 || o1 != o2 || b1 != b2 || p1 != p2)
-            .then(|| "allocation placement (segment, offset, block size, private pool)".into()),
+        ) => {
+            if i1 != i2 || s1 != s2 || o1 != o2 || b1 != b2 {
+                Some("allocation placement (segment, offset, block size)".into())
+            } else {
+                (p1 != p2).then(|| "the private pool holding the allocation".into())
+            }
+        }
         (Line::Pool { .. }, Line::Pool { .. }) | (Line::Observe { .. }, Line::Observe { .. }) => {
             (x != y).then(|| "private pool op (id, use count)".into())
         }
