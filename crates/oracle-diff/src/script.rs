@@ -440,6 +440,36 @@ mod tests {
     }
 
     #[test]
+    fn pool_and_observer_ops_parse_and_print_back() {
+        let text = "observe\npool_create p\npool_create g graph\npool_create q mempool use_on_oom no_split\n\
+                    pool_begin p\npool_begin g 2\nalloc x 1MiB\npool_end p\npool_release p\n\
+                    pool_use_count p\nempty_cache p\nsnapshot p\npool_delete p\n";
+        let s = Script::parse(text).unwrap();
+        assert_eq!(s.ops.len(), 13);
+        assert_eq!(s.ops[0], Op::Observe);
+        assert_eq!(
+            s.ops[3],
+            Op::PoolCreate {
+                pool: "q".into(),
+                kind: PoolKind::Mempool,
+                use_on_oom: true,
+                no_split: true
+            }
+        );
+        assert_eq!(
+            s.ops[5],
+            Op::PoolBegin {
+                pool: "g".into(),
+                stream: Some(2)
+            }
+        );
+        assert_eq!(s.ops[10], Op::EmptyCachePool("p".into()));
+        assert_eq!(s.ops[11], Op::SnapshotPool("p".into()));
+        assert_eq!(s.max_stream(), 2);
+        assert_eq!(Script::parse(&s.to_string()).unwrap(), s);
+    }
+
+    #[test]
     fn bad_lines_name_the_line_and_the_problem() {
         for (text, want) in [
             ("alloc x 12Q", "line 1: bad size '12Q'"),
