@@ -328,6 +328,14 @@ impl PrivatePools {
         self.by_id.get(&id).copied()
     }
 
+    /// Whether slot `k` (k >= 1) holds a live pool (not forgotten).
+    pub(crate) fn slot_in_use(&self, k: u32) -> bool {
+        match self.slots.get(k as usize - 1) {
+            Some(Some(p)) => self.by_id.get(&p.id) == Some(&k),
+            _ => false,
+        }
+    }
+
     /// The pool in slot `k` (k >= 1).
     #[inline]
     pub(crate) fn pool(&self, k: u32) -> &PrivatePool {
