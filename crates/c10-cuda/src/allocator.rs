@@ -377,7 +377,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if found.is_none() && !self.capture_underway() {
             self.release_cached_blocks(None)?;
             if p.pool != 0 && !self.pools.slot_in_use(p.pool) {
-                // The release forgot the (freeable, begun) pool the request was routed to.
+                // Defensive: the pool the request was routed to lost its slot.
                 return Err(self.missing_pool_error(p.stream));
             }
             // pytorch#189504: releasing synchronizes events, which can free a block that fits

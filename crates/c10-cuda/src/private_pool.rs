@@ -328,12 +328,9 @@ impl PrivatePools {
         self.by_id.get(&id).copied()
     }
 
-    /// Whether slot `k` (k >= 1) holds a live pool (not forgotten).
+    /// Whether slot `k` (k >= 1) holds a pool (live or orphaned).
     pub(crate) fn slot_in_use(&self, k: u32) -> bool {
-        match self.slots.get(k as usize - 1) {
-            Some(Some(p)) => self.by_id.get(&p.id) == Some(&k),
-            _ => false,
-        }
+        self.slots.get(k as usize - 1).is_some_and(Option::is_some)
     }
 
     /// The pool in slot `k` (k >= 1).
@@ -838,8 +835,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             }
         }
         // Blocks can outlive the count only through PyTorch's expandable-segment bookkeeping
-        // (see PoolError::NoAllocationCounted); then the slot stays, orphaned, for them.
-        if !self.blocks.iter().any(|(_, b)| b.pool == k) {
+        // (see PoolError::NoAllocationCounted); then the slot stays, orphaned, for them. A pool
+        // still begun keeps its slot too: a request routed to it may be in the middle of its
+        // retry chain (PyTorch goes on with the erased pool's memory: its new segment still
+        // reports the pool's id); later requests routed to it are refused.
+        let begun = self.pools.begun.iter().any(|(b, _)| *b == id);
+        if !begun && !self.blocks.iter().any(|(_, b)| b.pool == k) {
             self.pools.slots[k as usize - 1] = None;
         }
     }
