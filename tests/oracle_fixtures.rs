@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use c10_cuda::TorchVersion;
 use oracle_diff::fixtures::{Case, check_case, decompress};
+use oracle_diff::script::Op;
 use rstest::rstest;
 
 fn load(release: &str) -> Vec<Case> {
@@ -27,6 +28,30 @@ fn fixtures_agree_with_the_real_allocator(#[case] release: &str, #[case] version
     assert!(cases.len() >= 200, "{release}: {} cases", cases.len());
     let probes = cases.iter().filter(|c| !c.name.starts_with("seed")).count();
     assert!(probes >= 12, "{release}: {probes} probes");
+    // Private pools (issue 16): generated scripts that begin pools, and the pool probes.
+    let pooled = cases
+        .iter()
+        .filter(|c| {
+            c.script
+                .ops
+                .iter()
+                .any(|op| matches!(op, Op::PoolBegin { .. }))
+        })
+        .count();
+    assert!(
+        pooled >= 100,
+        "{release}: only {pooled} cases use private pools"
+    );
+    for probe in [
+        "pool_mempool_lifetime",
+        "pool_scoped_empty_cache",
+        "pool_capture_deferred_events",
+    ] {
+        assert!(
+            cases.iter().any(|c| c.name == probe),
+            "{release}: probe {probe} missing"
+        );
+    }
     let deliberate = cases.iter().filter(|c| !c.with_fixes).count();
     assert!(deliberate > 0, "{release}: no case shows a deliberate fix");
     let failures: Vec<String> = cases
@@ -74,6 +99,10 @@ fn fixtures_differ_under_the_other_version(#[case] release: &str, #[case] other:
         "fraction_one",
         "gc_with_fraction_one",
         "expandable_new_segment_too_small",
+        "pool_empty_cache_while_begun",
+        "pool_two_begun_same_stream",
+        "pool_capture_deferred_events",
+        "fraction_rounding_observer",
     ] {
         assert!(
             differ.contains(&probe),

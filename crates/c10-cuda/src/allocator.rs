@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::expandable::ExpandableSegment;
 use crate::history::{Clock, History, TraceAction, TraceEntry};
 use crate::oom::OutOfMemoryError;
+use crate::private_pool::{MISSING_POOL, PrivatePools};
 use crate::ptr_map::PtrMap;
 use crate::rules::Rules;
 use crate::sizes::{get_allocation_size, is_small, round_size, should_split};
@@ -73,6 +74,8 @@ pub struct DeviceCachingAllocator<D: DeviceMemory> {
     /// The registration counter the next segment takes (PyTorch 2.15's `registration_counter`,
     /// one more for every `cudaMalloc`ed or reserved segment).
     pub(crate) next_registration: u64,
+    /// The private pools (PyTorch's `graph_pools`, `captures_underway`...; `private_pool.rs`).
+    pub(crate) pools: PrivatePools,
 }
 
 /// Blocks the tables start with room for (about 100 KiB in all), so that a new allocator
@@ -87,6 +90,11 @@ pub(crate) struct Params {
     pub(crate) alloc_size: usize,
     pub(crate) small: bool,
     pub(crate) stream: StreamId,
+    /// The pool the request goes to: 0 for the default pools, else a private pool's slot
+    /// (PyTorch's `AllocParams::pool`).
+    pub(crate) pool: u32,
+    /// The private pool's `no_split` (torch 2.15): never split its blocks.
+    pub(crate) no_split: bool,
 }
 
 impl<D: DeviceMemory> DeviceCachingAllocator<D> {
@@ -144,6 +152,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             rules,
             rank_segments: rules.version.ties_by_segment_age(),
             next_registration: 0,
+            pools: PrivatePools::default(),
         };
         if let Some(f) = this.config.per_process_memory_fraction {
             this.set_memory_fraction(f)?;
@@ -192,7 +201,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             if fraction == 1.0 && self.rules.version.fraction_one_is_unlimited() {
                 None
             } else {
-                Some((fraction * info.total as f64) as usize)
+                let limit = fraction * info.total as f64;
+                let limit = if self.rules.version.fraction_limit_rounds() {
+                    limit.round()
+                } else {
+                    limit
+                };
+                Some(limit as usize)
             };
         self.config.per_process_memory_fraction = Some(fraction);
         Ok(())
@@ -303,6 +318,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     ) -> Result<Option<Allocation>> {
         self.process_events()?;
         let p = self.params(size, stream);
+        if p.pool == MISSING_POOL {
+            return Err(self.missing_pool_error(stream));
+        }
         match self.get_free_block(&p) {
             Some(id) => Ok(Some(self.alloc_found_block(&p, id))),
             None => Ok(None),
@@ -322,8 +340,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         stream: StreamId,
         search_again: bool,
     ) -> Result<Allocation> {
-        let p = self.params(size, stream);
-        match self.find_or_grow(&p, search_again)? {
+        let mut p = self.params(size, stream);
+        if p.pool == MISSING_POOL {
+            return Err(self.missing_pool_error(stream));
+        }
+        match self.find_or_grow(&mut p, search_again)? {
             Some(id) => Ok(self.alloc_found_block(&p, id)),
             None => Err(self.out_of_memory(&p)),
         }
@@ -333,7 +354,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// it would raise out of memory (nothing recorded for that).
     pub(crate) fn find_or_grow(
         &mut self,
-        p: &Params,
+        p: &mut Params,
         search_again: bool,
     ) -> Result<Option<BlockId>> {
         if search_again {
@@ -346,11 +367,19 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             self.garbage_collect_cached_blocks()?;
         }
         let mut found = self.alloc_block(p, false)?;
+        if found.is_none() && p.pool == 0 && !self.pools.use_on_oom_is_empty() {
+            // torch 2.15: a free block of a `use_on_oom` private pool.
+            found = self.use_on_oom_block(p)?;
+        }
         if found.is_none() && self.release_available_cached_blocks(p)? {
             found = self.alloc_block(p, false)?;
         }
-        if found.is_none() {
-            self.release_cached_blocks()?;
+        if found.is_none() && !self.capture_underway() {
+            self.release_cached_blocks(None)?;
+            if p.pool != 0 && !self.pools.slot_in_use(p.pool) {
+                // Defensive: the pool the request was routed to lost its slot.
+                return Err(self.missing_pool_error(p.stream));
+            }
             // pytorch#189504: releasing synchronizes events, which can free a block that fits
             // inside a split segment; PyTorch would not look at it and raise a spurious OOM.
             if self.rules.fixes.search_after_release {
@@ -377,21 +406,43 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     #[inline(always)]
     pub(crate) fn params(&self, orig_size: usize, stream: StreamId) -> Params {
         let size = round_size(orig_size, &self.config);
+        // With no private pool begun: one predictable branch.
+        let (pool, no_split) = if self.pools.begun.is_empty() {
+            (0, false)
+        } else {
+            self.route(stream)
+        };
         Params {
             orig_size,
             size,
             alloc_size: get_allocation_size(size),
             small: is_small(size),
             stream,
+            pool,
+            no_split,
         }
     }
 
+    /// The free-block pool (small or large) of the default pools (`pool == 0`) or of a private
+    /// pool's slot.
     #[inline(always)]
-    pub(crate) fn pool_mut(&mut self, small: bool) -> &mut BlockPool {
-        if small {
-            &mut self.small
+    pub(crate) fn block_pool_mut(&mut self, pool: u32, small: bool) -> &mut BlockPool {
+        select_pool(
+            &mut self.small,
+            &mut self.large,
+            &mut self.pools,
+            pool,
+            small,
+        )
+    }
+
+    /// [`Self::block_pool_mut`], shared.
+    #[inline(always)]
+    pub(crate) fn block_pool(&self, pool: u32, small: bool) -> &BlockPool {
+        if pool == 0 {
+            if small { &self.small } else { &self.large }
         } else {
-            &mut self.large
+            self.pools.block_pool(pool, small)
         }
     }
 
@@ -416,11 +467,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let max_split = self.config.max_split_size_or_max();
         let max_non_split_rounding = self.config.max_non_split_rounding;
         let blocks = &self.blocks;
-        let pool = if p.small {
-            &mut self.small
-        } else {
-            &mut self.large
-        };
+        let pool = select_pool(
+            &mut self.small,
+            &mut self.large,
+            &mut self.pools,
+            p.pool,
+            p.small,
+        );
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
@@ -483,7 +536,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             }
         }
         if self.config.expandable_segments {
-            return self.try_allocate_expandable_block(p);
+            let found = self.try_allocate_expandable_block(p)?;
+            if found.is_some() && p.pool != 0 {
+                self.pool_counted_alloc(p.pool);
+            }
+            return Ok(found);
         }
         let ptr = match self.device.malloc(size) {
             Ok(ptr) => ptr,
@@ -493,7 +550,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.total_allocated_memory += size;
         let mut block = Block::new(ptr, size, p.stream, p.small);
         block.rank = self.take_registration();
+        block.pool = p.pool;
         let id = self.blocks.insert(block);
+        if p.pool != 0 {
+            self.pool_counted_alloc(p.pool);
+            self.pool_reserved(p.pool, p.small, size, true);
+        }
         increase(&mut self.stats.segment, p.small, 1);
         increase(&mut self.stats.reserved_bytes, p.small, size as u64);
         if size >= self.config.max_split_size_or_max() {
@@ -513,24 +575,27 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             let b = self.blocks.get(found);
             (b.size, b.is_split(), b.expandable.is_some(), b.ptr)
         };
-        let id = if should_split(block_size, p.size, p.small, &self.config) {
+        let id = if !p.no_split && should_split(block_size, p.size, p.small, &self.config) {
             // The allocation takes the low addresses; the remainder keeps the old id.
             let remaining = found;
             let prev = self.blocks.get(remaining).prev;
             let mut block = Block::new(block_ptr, p.size, p.stream, p.small);
             block.expandable = self.blocks.get(remaining).expandable;
             block.rank = self.blocks.get(remaining).rank;
+            block.pool = p.pool;
             block.prev = prev;
             block.next = Some(remaining);
             let id = self.blocks.insert(block);
             if let Some(prev) = prev {
                 self.blocks.get_mut(prev).next = Some(id);
             }
-            let pool = if p.small {
-                &mut self.small
-            } else {
-                &mut self.large
-            };
+            let pool = select_pool(
+                &mut self.small,
+                &mut self.large,
+                &mut self.pools,
+                p.pool,
+                p.small,
+            );
             let r = self.blocks.get_mut(remaining);
             r.prev = Some(id);
             r.ptr += p.size as u64;
@@ -605,7 +670,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             && self.allowed_memory_maximum.is_some()
             && self.rules.fixes.expandable_fraction_limit
         {
-            let found = self.find_expandable_candidate(p.stream, p.small, p.size);
+            let found = self.find_expandable_candidate(p.stream, p.small, p.size, p.pool);
             self.expandable_bytes_to_map(found, p.small, p.size)
                 .max(p.alloc_size)
         } else {
@@ -660,6 +725,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             self.stats.oversize_allocations.decrease(1);
         }
         if has_uses {
+            if self.capture_underway() {
+                // torch 2.7: a begun pool is a capture; the events wait until it ends.
+                self.pools.deferred.push(id);
+                return Ok(());
+            }
             self.insert_events(id)
         } else {
             self.free_block(id);
@@ -680,8 +750,15 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             });
         };
         let b = self.blocks.get_mut(id);
-        if stream != b.stream && !b.stream_uses.contains(&stream) {
-            b.stream_uses.push(stream);
+        if stream != b.stream {
+            if !b.stream_uses.contains(&stream) {
+                b.stream_uses.push(stream);
+            }
+            if self.capture_underway() {
+                // torch 2.7's `block_to_cudagraph_stream_uses`: dropped from the block's uses
+                // when its deferred events are recorded, even if recorded before the begin.
+                self.pools.record_capture_use(id, stream);
+            }
         }
         Ok(())
     }
@@ -722,7 +799,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// Records one event per stream that used the block and defers its release
     /// (PyTorch's `insert_events`).
-    fn insert_events(&mut self, id: BlockId) -> Result<()> {
+    pub(crate) fn insert_events(&mut self, id: BlockId) -> Result<()> {
         let uses = std::mem::take(&mut self.blocks.get_mut(id).stream_uses);
         for stream in uses {
             let event = self.device.create_event()?;
@@ -740,7 +817,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// (PyTorch's `free_block`).
     #[inline(always)]
     pub(crate) fn free_block(&mut self, id: BlockId) {
-        let (ptr, original_size, requested, stream, small, prev, next) = {
+        let (ptr, original_size, requested, stream, small, prev, next, block_pool) = {
             let b = self.blocks.get(id);
             debug_assert!(b.is_idle());
             (
@@ -751,6 +828,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 b.small,
                 b.prev,
                 b.next,
+                b.pool,
             )
         };
         self.history
@@ -764,11 +842,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 net_inactive_split_size -= subsumed as i64;
             }
         }
-        let pool = if small {
-            &mut self.small
-        } else {
-            &mut self.large
-        };
+        let pool = select_pool(
+            &mut self.small,
+            &mut self.large,
+            &mut self.pools,
+            block_pool,
+            small,
+        );
         let b = self.blocks.get_mut(id);
         pool.insert_into_blocks(id, b);
         if b.is_split() {
@@ -807,10 +887,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if !s.is_idle() || s.mapped != self.blocks.get(dst).mapped {
             return 0;
         }
-        let (s_ptr, s_size, s_prev, s_next, s_mapped, s_small, s_stream) =
-            (s.ptr, s.size, s.prev, s.next, s.mapped, s.small, s.stream);
+        let (s_ptr, s_size, s_prev, s_next, s_mapped, s_small, s_stream, s_pool) = (
+            s.ptr, s.size, s.prev, s.next, s.mapped, s.small, s.stream, s.pool,
+        );
         let key = SizeKey::of(src, s);
-        let pool = self.pool_mut(s_small);
+        let pool = self.block_pool_mut(s_pool, s_small);
         if s_mapped {
             pool.blocks.remove_present(&key);
         } else {
@@ -839,6 +920,23 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.blocks.get_mut(dst).size += s_size;
         self.blocks.remove(src);
         s_size
+    }
+}
+
+/// The small or large free-block pool of the default pools (`pool == 0`) or of the private
+/// pool in slot `pool`, from the allocator's fields (so the block arena can stay borrowed).
+#[inline(always)]
+pub(crate) fn select_pool<'a>(
+    small_pool: &'a mut BlockPool,
+    large_pool: &'a mut BlockPool,
+    pools: &'a mut PrivatePools,
+    pool: u32,
+    small: bool,
+) -> &'a mut BlockPool {
+    if pool == 0 {
+        if small { small_pool } else { large_pool }
+    } else {
+        pools.block_pool_mut(pool, small)
     }
 }
 

@@ -51,6 +51,9 @@ pub enum Error {
     /// A configuration that does not validate.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A private-pool call was refused (PyTorch's checks on `MempoolId_t`s).
+    #[error(transparent)]
+    Pool(#[from] crate::private_pool::PoolError),
     /// The configuration cannot change while the device's allocator holds memory
     /// ([`crate::DeviceCachingAllocator::set_config`]).
     #[error(

@@ -97,8 +97,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         stream: StreamId,
         small: bool,
         size: usize,
+        pool: u32,
     ) -> Option<BlockId> {
-        let pool = if small { &self.small } else { &self.large };
+        let pool = self.block_pool(pool, small);
         let lower = AddrKey {
             stream,
             ptr: 0,
@@ -182,7 +183,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// Reserves a new expandable segment for `stream`'s pool and returns its one (unmapped)
     /// block (the reservation of PyTorch's `find_expandable_block`).
-    fn new_expandable_segment(&mut self, stream: StreamId, small: bool) -> Result<BlockId> {
+    fn new_expandable_segment(
+        &mut self,
+        stream: StreamId,
+        small: bool,
+        pool: u32,
+    ) -> Result<BlockId> {
         let page = if small { SMALL_BUFFER } else { LARGE_BUFFER };
         let address_space = self.device_total + self.device_total / 8;
         let pages = address_space.div_ceil(page).max(1);
@@ -197,10 +203,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         block.mapped = false;
         block.expandable = Some(index);
         block.rank = self.take_registration();
+        block.pool = pool;
         self.expandable_segments.push(Some(segment));
         let id = self.blocks.insert(block);
         let key = AddrKey::of(id, self.blocks.get(id));
-        self.pool_mut(small).unmapped.insert(key);
+        self.block_pool_mut(pool, small).unmapped.insert(key);
         Ok(id)
     }
 
@@ -208,7 +215,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// neighbours (PyTorch's `map_block`). Returns the block id now holding the mapped range,
     /// or `None` when the device is out of memory.
     fn map_block(&mut self, id: BlockId, size: usize) -> Result<Option<BlockId>> {
-        let (ptr, block_size, stream, small, seg) = {
+        let (ptr, block_size, stream, small, seg, bpool) = {
             let b = self.blocks.get(id);
             debug_assert!(!b.mapped && size <= b.size);
             (
@@ -217,6 +224,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 b.stream,
                 b.small,
                 b.expandable.expect("expandable block"),
+                b.pool,
             )
         };
         let segment = self.expandable_segments[seg as usize]
@@ -228,7 +236,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         debug_assert_eq!(mapped_ptr, ptr);
         let key = AddrKey { stream, ptr, id };
-        self.pool_mut(small).unmapped.remove(&key);
+        self.block_pool_mut(bpool, small).unmapped.remove(&key);
         self.blocks.get_mut(id).mapped = true;
         if mapped_size < block_size {
             // to_map -> remaining (unmapped) -> next
@@ -242,6 +250,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             remaining.mapped = false;
             remaining.expandable = Some(seg);
             remaining.rank = self.blocks.get(id).rank;
+            remaining.pool = bpool;
             remaining.prev = Some(id);
             remaining.next = next;
             let rid = self.blocks.insert(remaining);
@@ -252,18 +261,23 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             b.next = Some(rid);
             b.size = mapped_size;
             let rkey = AddrKey::of(rid, self.blocks.get(rid));
-            self.pool_mut(small).unmapped.insert(rkey);
+            self.block_pool_mut(bpool, small).unmapped.insert(rkey);
         }
         let prev = self.blocks.get(id).prev;
         self.try_merge_blocks(id, prev);
         let next = self.blocks.get(id).next;
         self.try_merge_blocks(id, next);
-        let pool = if small {
-            &mut self.small
-        } else {
-            &mut self.large
-        };
+        let pool = crate::allocator::select_pool(
+            &mut self.small,
+            &mut self.large,
+            &mut self.pools,
+            bpool,
+            small,
+        );
         pool.insert_into_blocks(id, self.blocks.get_mut(id));
+        if bpool != 0 {
+            self.pool_reserved(bpool, small, mapped_size, true);
+        }
         self.total_allocated_memory += mapped_size;
         crate::stats::increase(&mut self.stats.reserved_bytes, small, mapped_size as u64);
         self.stats.num_device_alloc += 1;
@@ -283,7 +297,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// whose pages would take reserved memory past the limit is refused before anything is
     /// reserved or mapped (PyTorch checks only the 2 MiB-rounded request, in `alloc_block`).
     pub(crate) fn try_allocate_expandable_block(&mut self, p: &Params) -> Result<Option<BlockId>> {
-        let found = self.find_expandable_candidate(p.stream, p.small, p.size);
+        let found = self.find_expandable_candidate(p.stream, p.small, p.size, p.pool);
         if let Some(allowed) = self.allowed_memory_maximum {
             if self.rules.fixes.expandable_fraction_limit {
                 let map = self.expandable_bytes_to_map(found, p.small, p.size);
@@ -295,7 +309,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let mut candidate = match found {
             Some(c) => c,
             None => {
-                let id = self.new_expandable_segment(p.stream, p.small)?;
+                let id = self.new_expandable_segment(p.stream, p.small, p.pool)?;
                 if self.blocks.get(id).size < p.size
                     && self.rules.version.releases_too_small_new_segment()
                 {
@@ -328,7 +342,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             }
         }
         let key = SizeKey::of(candidate, self.blocks.get(candidate));
-        let removed = self.pool_mut(p.small).blocks.remove(&key);
+        let removed = self.block_pool_mut(p.pool, p.small).blocks.remove(&key);
         debug_assert!(removed);
         Ok(Some(candidate))
     }
@@ -337,7 +351,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// Partial pages at either end stay mapped as new free blocks. Returns the id of the block
     /// holding the unmapped range (or `id` unchanged when no whole page was inside).
     pub(crate) fn unmap_block(&mut self, id: BlockId) -> Result<BlockId> {
-        let (ptr, size, stream, small, seg, prev, next) = {
+        let (ptr, size, stream, small, seg, prev, next, bpool) = {
             let b = self.blocks.get(id);
             (
                 b.ptr,
@@ -347,6 +361,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 b.expandable.expect("expandable block"),
                 b.prev,
                 b.next,
+                b.pool,
             )
         };
         let segment = self.expandable_segments[seg as usize]
@@ -358,7 +373,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         let key = SizeKey::of(id, self.blocks.get(id));
         let rank = key.rank;
-        self.pool_mut(small).blocks.remove(&key);
+        self.block_pool_mut(bpool, small).blocks.remove(&key);
         let before = (uptr - ptr) as usize;
         let mut new_prev = prev;
         if before > 0 {
@@ -366,17 +381,20 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             let mut bf = Block::new(ptr, before, stream, small);
             bf.expandable = Some(seg);
             bf.rank = rank;
+            bf.pool = bpool;
             bf.prev = prev;
             bf.next = Some(id);
             let bid = self.blocks.insert(bf);
             if let Some(p) = prev {
                 self.blocks.get_mut(p).next = Some(bid);
             }
-            let pool = if small {
-                &mut self.small
-            } else {
-                &mut self.large
-            };
+            let pool = crate::allocator::select_pool(
+                &mut self.small,
+                &mut self.large,
+                &mut self.pools,
+                bpool,
+                small,
+            );
             pool.insert_into_blocks(bid, self.blocks.get_mut(bid));
             new_prev = Some(bid);
         }
@@ -387,17 +405,20 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             let mut af = Block::new(uptr + usize_ as u64, after, stream, small);
             af.expandable = Some(seg);
             af.rank = rank;
+            af.pool = bpool;
             af.prev = Some(id);
             af.next = next;
             let aid = self.blocks.insert(af);
             if let Some(n) = next {
                 self.blocks.get_mut(n).prev = Some(aid);
             }
-            let pool = if small {
-                &mut self.small
-            } else {
-                &mut self.large
-            };
+            let pool = crate::allocator::select_pool(
+                &mut self.small,
+                &mut self.large,
+                &mut self.pools,
+                bpool,
+                small,
+            );
             pool.insert_into_blocks(aid, self.blocks.get_mut(aid));
             new_next = Some(aid);
         }
@@ -414,12 +435,18 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let next = self.blocks.get(id).next;
         self.try_merge_blocks(id, next);
         let key = AddrKey::of(id, self.blocks.get(id));
-        self.pool_mut(small).unmapped.insert(key);
+        self.block_pool_mut(bpool, small).unmapped.insert(key);
+        if bpool != 0 {
+            self.pool_reserved(bpool, small, usize_, false);
+        }
         self.total_allocated_memory -= usize_;
         crate::stats::decrease(&mut self.stats.reserved_bytes, small, usize_ as u64);
         self.stats.num_device_free += 1;
         self.history
             .record(TraceAction::SegmentUnmap, uptr, usize_ as u64, stream);
+        if bpool != 0 {
+            self.pool_counted_release(bpool)?;
+        }
         Ok(id)
     }
 
@@ -429,12 +456,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let b = self.blocks.get(id);
         let seg = b.expandable.expect("expandable block");
         let key = AddrKey::of(id, b);
-        let small = b.small;
+        let (small, bpool) = (b.small, b.pool);
         let segment = self.expandable_segments[seg as usize]
             .take()
             .expect("live expandable segment");
         debug_assert_eq!(b.size, segment.size());
-        self.pool_mut(small).unmapped.remove(&key);
+        self.block_pool_mut(bpool, small).unmapped.remove(&key);
         self.blocks.remove(id);
         self.device
             .release_address_range(segment.base, segment.size())?;

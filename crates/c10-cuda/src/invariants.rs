@@ -40,6 +40,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let mut pool_blocks = 0usize;
         let mut unmapped_blocks = 0usize;
         let mut allocated = 0usize;
+        let mut private_reserved: std::collections::BTreeMap<u32, usize> = Default::default();
+        let mut private_segments: std::collections::BTreeMap<u32, i64> = Default::default();
         for (id, b) in self.blocks.iter() {
             let pools = [StatType::Aggregate as usize, Self::stat_types(b.small)[1]];
             if let Some(n) = b.next {
@@ -59,7 +61,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                         b.ptr, nb.ptr
                     ));
                 }
-                if nb.small != b.small || nb.stream != b.stream || nb.expandable != b.expandable {
+                if nb.small != b.small
+                    || nb.stream != b.stream
+                    || nb.expandable != b.expandable
+                    || nb.pool != b.pool
+                {
                     return Err(format!("block {:#x}: neighbour in another pool", b.ptr));
                 }
             }
@@ -71,7 +77,17 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             if b.size == 0 || b.size % 512 != 0 {
                 return Err(format!("block {:#x} has size {}", b.ptr, b.size));
             }
-            let pool = if b.small { &self.small } else { &self.large };
+            if b.pool != 0 && !self.pools.iter().any(|(k, _)| k == b.pool) {
+                return Err(format!(
+                    "block {:#x} names private pool slot {}, which does not exist",
+                    b.ptr, b.pool
+                ));
+            }
+            *private_reserved.entry(b.pool).or_default() += if b.mapped { b.size } else { 0 };
+            if b.prev.is_none() && b.expandable.is_none() {
+                *private_segments.entry(b.pool).or_default() += 1;
+            }
+            let pool = self.block_pool(b.pool, b.small);
             let in_pool = pool.blocks.contains(&SizeKey::of(id, b));
             let in_unmapped = pool.unmapped.contains(&AddrKey::of(id, b));
             let idle = b.is_idle();
@@ -133,10 +149,37 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 }
             }
         }
-        if pool_blocks != self.small.blocks.len() + self.large.blocks.len() {
+        let (mut held, mut held_unmapped) = (
+            self.small.blocks.len() + self.large.blocks.len(),
+            self.small.unmapped.len() + self.large.unmapped.len(),
+        );
+        for (k, p) in self.pools.iter() {
+            held += p.small.blocks.len() + p.large.blocks.len();
+            held_unmapped += p.small.unmapped.len() + p.large.unmapped.len();
+            let reserved = private_reserved.get(&k).copied().unwrap_or(0);
+            let stat = self
+                .stats
+                .reserved_bytes_by_private_pools
+                .get(&p.id)
+                .map_or(0, |a| a[StatType::Aggregate as usize].current);
+            if self.pools.slot_of(p.id) == Some(k) && stat != reserved as i64 {
+                return Err(format!(
+                    "private pool {}: reserved_bytes_by_private_pools {stat} != recount {reserved}",
+                    p.id
+                ));
+            }
+            let segments = private_segments.get(&k).copied().unwrap_or(0);
+            if !self.config.expandable_segments && p.malloc_count != segments {
+                return Err(format!(
+                    "private pool {}: cudaMalloc_count {} != its {segments} segments",
+                    p.id, p.malloc_count
+                ));
+            }
+        }
+        if pool_blocks != held {
             return Err("a pool holds a key of a block that is not idle or not live".into());
         }
-        if unmapped_blocks != self.small.unmapped.len() + self.large.unmapped.len() {
+        if unmapped_blocks != held_unmapped {
             return Err("an unmapped set holds a stale key".into());
         }
         if allocated != self.allocated.len() {

@@ -7,7 +7,8 @@
 //! best fit on `(stream, size, address)` (torch 2.15: the oldest segment first among equal
 //! sizes; [`rules`] picks the PyTorch version), splitting and merging, oversize blocks
 //! (`max_split_size`), the out-of-memory retry chain, `record_stream` with events, `empty_cache`,
-//! garbage collection under a memory fraction, and expandable segments. It never touches a
+//! garbage collection under a memory fraction, expandable segments, and private memory pools
+//! ([`private_pool`]: `torch.cuda.MemPool`, `beginAllocateToPool`). It never touches a
 //! device itself: everything goes through [`device::DeviceMemory`], implemented by
 //! [`sim::SimDevice`] (simulated, address-only or host-backed) and [`cuda::CudaDevice`]
 //! (cudarc's driver API).
@@ -58,6 +59,7 @@ pub mod error;
 mod expandable;
 mod free_index;
 pub mod front;
+mod hash_order;
 pub mod history;
 pub mod host_allocator;
 mod host_memory;
@@ -69,6 +71,7 @@ pub mod observer;
 pub mod oom;
 pub mod pinned_memory;
 pub mod placement;
+pub mod private_pool;
 mod ptr_map;
 mod reconfigure;
 mod release;
@@ -92,6 +95,7 @@ pub use front::{CachingAllocator, DeviceAllocator, FreeMemoryCallback};
 pub use history::RecordContext;
 pub use observer::{OomObservation, OutOfMemoryObserver, TraceTracker};
 pub use placement::Placement;
+pub use private_pool::{MempoolId, PoolError, PoolInfo, StreamFilter};
 pub use room::{RoomCost, RoomKind, RoomOptions, RoomPlan};
 pub use rules::{Fixes, Rules, TorchVersion};
 pub use segment_view::{BlockState, BlockView, Pool, SegmentView};

@@ -35,7 +35,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             let b = self.blocks.get(found);
             (b.size, b.ptr, b.is_split(), b.expandable.is_some(), b.next)
         };
-        if !should_split(size, p.size, p.small, &self.config) {
+        if p.no_split || !should_split(size, p.size, p.small, &self.config) {
             return found;
         }
         // The high part copies every field of the block (its segment's mapping and rank, say),
@@ -50,11 +50,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if let Some(n) = next {
             self.blocks.get_mut(n).prev = Some(hid);
         }
-        let pool = if p.small {
-            &mut self.small
-        } else {
-            &mut self.large
-        };
+        let pool = crate::allocator::select_pool(
+            &mut self.small,
+            &mut self.large,
+            &mut self.pools,
+            p.pool,
+            p.small,
+        );
         let low = self.blocks.get_mut(found);
         low.size = size - p.size;
         low.next = Some(hid);

@@ -18,15 +18,21 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     ///
     /// # Errors
     /// [`crate::Error::Device`] when synchronizing or freeing fails.
+    ///
+    /// Private pools: the segments of pools released to use count 0 are freed too (and a pool
+    /// left with none is forgotten); those of pools in use are kept. Under torch 2.7's rules a
+    /// begun pool counts as a CUDA graph capture, and this fails with
+    /// [`crate::private_pool::PoolError::CaptureUnderway`] (nothing freed); under 2.15's it
+    /// frees the default pools' segments and leaves the begun pool's.
     pub fn empty_cache(&mut self) -> Result<()> {
-        self.release_cached_blocks().map(drop)
+        self.release_cached_blocks(None).map(drop)
     }
 
     /// Frees blocks whose stream events have completed, per stream in FIFO order, stopping at
     /// the first incomplete event of each stream (PyTorch's `process_events`).
     #[inline(always)]
     pub(crate) fn process_events(&mut self) -> Result<()> {
-        if self.events.is_empty() {
+        if (self.events.len() | self.pools.deferred.len()) == 0 {
             return Ok(());
         }
         self.process_outstanding_events()
@@ -35,6 +41,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     #[cold]
     #[inline(never)]
     fn process_outstanding_events(&mut self) -> Result<()> {
+        if self.capture_underway() {
+            // torch 2.7: no event queries while a pool (a "capture") is begun.
+            return Ok(());
+        }
+        if !self.pools.deferred.is_empty() {
+            self.insert_deferred_events()?;
+        }
         let streams: Vec<_> = self.events.keys().copied().collect();
         for stream in streams {
             while let Some(&(event, id)) = self.events.get(&stream).and_then(|q| q.front()) {
@@ -62,11 +75,34 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// Waits for every outstanding event and frees the blocks they held
     /// (PyTorch's `synchronize_and_free_events`; counts `num_sync_all_streams`).
-    pub(crate) fn synchronize_and_free_events(&mut self) -> Result<()> {
+    ///
+    /// With `pool`, only the events of that private pool's blocks (torch 2.15's
+    /// `synchronize_and_free_events(context, pool)`). Under torch 2.7's rules a begun pool is a
+    /// capture: this fails (after counting, as PyTorch's assertion does); else the events of
+    /// frees deferred during the "capture" are recorded first.
+    pub(crate) fn synchronize_and_free_events(&mut self, pool: Option<u32>) -> Result<()> {
         self.stats.num_sync_all_streams += 1;
+        if self.capture_underway() {
+            return Err(crate::private_pool::PoolError::CaptureUnderway {
+                begun: self.pools.begun.len(),
+            }
+            .into());
+        }
+        if !self.pools.deferred.is_empty() {
+            self.insert_deferred_events()?;
+        }
         let events = std::mem::take(&mut self.events);
-        for (_, queue) in events {
+        for (stream, queue) in events {
             for (event, id) in queue {
+                if let Some(k) = pool {
+                    if self.blocks.get(id).pool != k {
+                        self.events
+                            .entry(stream)
+                            .or_default()
+                            .push_back((event, id));
+                        continue;
+                    }
+                }
                 self.device.synchronize_event(event)?;
                 self.device.destroy_event(event);
                 self.complete_event(id);
@@ -83,7 +119,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if b.is_split() {
             return Ok(false);
         }
-        let (ptr, size, stream, small) = (b.ptr, b.size, b.stream, b.small);
+        let (ptr, size, stream, small, pool) = (b.ptr, b.size, b.stream, b.small, b.pool);
         let key = SizeKey::of(id, b);
         self.stats.num_device_free += 1;
         self.history
@@ -95,15 +131,19 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if size >= self.config.max_split_size_or_max() {
             self.stats.oversize_segments.decrease(1);
         }
-        self.pool_mut(small).blocks.remove(&key);
+        self.block_pool_mut(pool, small).blocks.remove(&key);
         self.blocks.remove(id);
+        if pool != 0 {
+            self.pool_reserved(pool, small, size, false);
+            self.pool_counted_release(pool)?;
+        }
         Ok(true)
     }
 
     /// Frees every whole-segment free block of a pool and unmaps the free pages of expandable
     /// segments (PyTorch's `release_blocks`).
-    fn release_blocks(&mut self, small: bool) -> Result<()> {
-        let keys: Vec<SizeKey> = self.pool_mut(small).blocks.iter().collect();
+    fn release_blocks(&mut self, pool: u32, small: bool) -> Result<()> {
+        let keys: Vec<SizeKey> = self.block_pool_mut(pool, small).blocks.iter().collect();
         let mut to_unmap = Vec::new();
         for key in keys {
             let b = self.blocks.get(key.id);
@@ -128,8 +168,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if !self.rules.fixes.release_unmapped_segments {
             return Ok(());
         }
-        let pool = if small { &self.small } else { &self.large };
-        let never_mapped: Vec<BlockId> = pool
+        let never_mapped: Vec<BlockId> = self
+            .block_pool(pool, small)
             .unmapped
             .iter()
             .filter(|k| !self.blocks.get(k.id).is_split())
@@ -141,12 +181,35 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         Ok(())
     }
 
-    /// Synchronizes all events, then releases every cached whole segment of both pools
-    /// (PyTorch's `release_cached_blocks`).
-    pub(crate) fn release_cached_blocks(&mut self) -> Result<bool> {
-        self.synchronize_and_free_events()?;
-        self.release_blocks(false)?;
-        self.release_blocks(true)?;
+    /// Synchronizes all events, then releases every cached whole segment of both default pools
+    /// and of every freeable private pool, forgetting a freeable pool left with no segment
+    /// (PyTorch's `release_cached_blocks(context, mempool_id)`). With `only = Some(id)`: that
+    /// private pool only, if it is freeable, after its own blocks' events.
+    pub(crate) fn release_cached_blocks(
+        &mut self,
+        only: Option<crate::private_pool::MempoolId>,
+    ) -> Result<bool> {
+        if only.is_none() {
+            self.synchronize_and_free_events(None)?;
+            self.release_blocks(0, false)?;
+            self.release_blocks(0, true)?;
+        }
+        if self.pools.is_empty() {
+            return Ok(true);
+        }
+        for id in self.freeable_pools() {
+            if let Some(want) = only {
+                if want != id {
+                    continue;
+                }
+                let k = self.pools.slot_of(id);
+                self.synchronize_and_free_events(k)?;
+            }
+            let k = self.freeable_slot(id)?;
+            self.release_blocks(k, true)?;
+            self.release_blocks(k, false)?;
+            self.forget_pool_if_empty(id);
+        }
         Ok(true)
     }
 
@@ -160,7 +223,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             return Ok(false);
         }
         let key_size = p.size.max(max_split);
-        let pool = if p.small { &self.small } else { &self.large };
+        let pool = self.block_pool(p.pool, p.small);
         let hit = pool.blocks.lower_bound(p.stream, key_size);
         match hit {
             Some(k) if self.blocks.get(k.id).expandable.is_none() => self.release_block(k.id),

@@ -68,6 +68,38 @@ impl TorchVersion {
         self >= TorchVersion::V2_15
     }
 
+    /// Whether the memory fraction's limit (`allowed_memory_maximum`) is `fraction * total`
+    /// rounded to the nearest byte (2.15) rather than truncated (2.7); seen in the
+    /// `device_total` an OOM observer gets (fraction 0.89 of 16 GiB: 15290083574 vs
+    /// 15290083573).
+    pub fn fraction_limit_rounds(self) -> bool {
+        self >= TorchVersion::V2_15
+    }
+
+    /// Whether a begun private pool counts as a CUDA graph capture underway (2.7:
+    /// `beginAllocateToPool` adds to `captures_underway`, so malloc skips event processing
+    /// and the release-everything retry, frees with stream uses defer their events, and a
+    /// global `emptyCache` asserts; 2.15 keeps begun pools apart from captures).
+    pub fn begun_pool_is_capture(self) -> bool {
+        self < TorchVersion::V2_15
+    }
+
+    /// Whether, of two begun pools accepting a stream, the one begun last gets the
+    /// allocation (2.15; 2.7: the one begun first).
+    pub fn last_begun_pool_wins(self) -> bool {
+        self >= TorchVersion::V2_15
+    }
+
+    /// Whether `MemPool` has `use_on_oom` and `no_split` (2.15).
+    pub fn has_mem_pool_options(self) -> bool {
+        self >= TorchVersion::V2_15
+    }
+
+    /// Whether `~MemPool` asserts a use count of 1 (2.7).
+    pub fn mem_pool_destructor_needs_sole_use(self) -> bool {
+        self < TorchVersion::V2_15
+    }
+
     /// Whether `PYTORCH_CUDA_ALLOC_CONF` accepts `per_process_memory_fraction` (2.15; 2.7
     /// rejects the key as unrecognized).
     pub fn accepts_memory_fraction_key(self) -> bool {

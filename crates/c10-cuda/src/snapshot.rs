@@ -82,6 +82,9 @@ pub struct SegmentInfo {
     pub is_large: bool,
     /// Part of an expandable segment.
     pub is_expandable: bool,
+    /// The private pool holding the segment, `(0, 0)` for the default pools (the snapshot's
+    /// `segment_pool_id`, PyTorch's `SegmentInfo::owner_private_pool_id`).
+    pub segment_pool_id: crate::private_pool::MempoolId,
     /// The blocks, in address order.
     pub blocks: Vec<BlockInfo>,
     /// The stack of the `cudaMalloc` (or first mapping) that made the segment (PyTorch's
@@ -132,6 +135,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 stream: head.stream,
                 is_large: !head.small,
                 is_expandable: head.expandable.is_some(),
+                segment_pool_id: self.pools.id_of(head.pool),
                 blocks: Vec::new(),
                 frames: self.history.segment_frames(head.ptr),
             };

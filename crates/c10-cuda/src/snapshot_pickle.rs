@@ -122,7 +122,10 @@ pub fn snapshot_value(devices: &[DeviceSnapshot], config: &AllocatorConfig) -> V
                 entry("segment_type", Value::str(s.segment_type())),
                 entry(
                     "segment_pool_id",
-                    Value::tuple(vec![Value::Int(0), Value::Int(0)]),
+                    Value::tuple(vec![
+                        int(s.segment_pool_id.first),
+                        int(s.segment_pool_id.second),
+                    ]),
                 ),
                 entry("is_expandable", Value::Bool(s.is_expandable)),
                 entry("frames", cache.stack(s.frames.as_ref())),

@@ -158,6 +158,11 @@ pub struct DeviceStats {
     /// The PyTorch version whose key set [`DeviceStats::memory_stats`] reports (the allocator's
     /// [`crate::rules::Rules`] version; the default is the newest).
     pub torch: TorchVersion,
+    /// Bytes reserved by each private pool seen so far, by id (torch 2.15's
+    /// `reserved_bytes_by_private_pools`, reported by [`DeviceStats::memory_stats`] under 2.15's
+    /// rules only). Aggregate and pool stats are both kept; a forgotten pool's `current` is 0,
+    /// its peak and totals stay.
+    pub reserved_bytes_by_private_pools: BTreeMap<crate::private_pool::MempoolId, StatArray>,
 }
 
 /// The nine stat arrays in the order PyTorch's `memory_stats()` emits them.
@@ -211,8 +216,9 @@ impl DeviceStats {
     /// arrays (108), `oversize_allocations.*` and `oversize_segments.*` (8), and the scalars
     /// `num_alloc_retries`, `num_ooms`, `max_split_size`, `num_sync_all_streams`,
     /// `num_device_alloc`, `num_device_free` (6), plus `num_oom_rejections` from torch 2.15.
-    /// (2.15 also has `reserved_bytes_by_private_pools.*` for each private pool it has seen;
-    /// this allocator has no private pools.)
+    /// Under 2.15 also `reserved_bytes_by_private_pools.<first>_<second>.<all|small_pool|
+    /// large_pool>.<current|peak|allocated|freed>` (12 keys) for each private pool seen, as
+    /// `torch.cuda.memory_stats()` flattens them; with no private pool the count is 123.
     ///
     /// Deliberate difference: none in the values. Like PyTorch, `max_split_size` reads `-1` when
     /// unlimited (PyTorch stores `SIZE_MAX` and converts it to a signed -1); the typed field
@@ -243,6 +249,20 @@ impl DeviceStats {
         out.insert("num_device_free".into(), self.num_device_free);
         if self.torch.has_oom_rejections_stat() {
             out.insert("num_oom_rejections".into(), self.num_oom_rejections);
+            for (id, array) in &self.reserved_bytes_by_private_pools {
+                for t in StatType::ALL {
+                    let prefix = format!(
+                        "reserved_bytes_by_private_pools.{}.{}",
+                        id.stats_key(),
+                        t.key()
+                    );
+                    let s = &array[t as usize];
+                    out.insert(format!("{prefix}.current"), s.current);
+                    out.insert(format!("{prefix}.peak"), s.peak);
+                    out.insert(format!("{prefix}.allocated"), s.allocated);
+                    out.insert(format!("{prefix}.freed"), s.freed);
+                }
+            }
         }
         out
     }
@@ -266,6 +286,9 @@ impl DeviceStats {
         }
         self.oversize_allocations.reset_peak();
         self.oversize_segments.reset_peak();
+        for array in self.reserved_bytes_by_private_pools.values_mut() {
+            array.iter_mut().for_each(Stat::reset_peak);
+        }
     }
 
     /// `allocated = freed = 0` everywhere and the counters to 0 (PyTorch's
@@ -276,6 +299,9 @@ impl DeviceStats {
         }
         self.oversize_allocations.reset_accumulated();
         self.oversize_segments.reset_accumulated();
+        for array in self.reserved_bytes_by_private_pools.values_mut() {
+            array.iter_mut().for_each(Stat::reset_accumulated);
+        }
         self.num_alloc_retries = 0;
         self.num_ooms = 0;
         self.num_sync_all_streams = 0;

@@ -109,10 +109,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         placement: Placement,
     ) -> Result<MallocOutcome> {
         self.process_events()?;
-        let p = self.params(size, stream);
+        let mut p = self.params(size, stream);
+        if p.pool == crate::private_pool::MISSING_POOL {
+            return Err(self.missing_pool_error(stream));
+        }
         let found = match self.get_free_block(&p) {
             Some(id) => Some(id),
-            None => self.find_or_grow(&p, false)?,
+            None => self.find_or_grow(&mut p, false)?,
         };
         let Some(mut id) = found else {
             let device_free = self.device.mem_get_info().map(|i| i.free).unwrap_or(0);

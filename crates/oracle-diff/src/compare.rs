@@ -300,6 +300,7 @@ fn line_difference(x: &Option<Line>, y: &Option<Line>, order_sensitive: bool) ->
                 seg: s1,
                 offset: o1,
                 block: b1,
+                private_pool: p1,
                 ..
             },
             Line::Alloc {
@@ -307,10 +308,22 @@ fn line_difference(x: &Option<Line>, y: &Option<Line>, order_sensitive: bool) ->
                 seg: s2,
                 offset: o2,
                 block: b2,
+                private_pool: p2,
                 ..
             },
-        ) => (i1 != i2 || s1 != s2 || o1 != o2 || b1 != b2)
-            .then(|| "allocation placement (segment, offset, block size)".into()),
+        ) => {
+            if i1 != i2 || s1 != s2 || o1 != o2 || b1 != b2 {
+                Some("allocation placement (segment, offset, block size)".into())
+            } else {
+                (p1 != p2).then(|| "the private pool holding the allocation".into())
+            }
+        }
+        (Line::Pool { .. }, Line::Pool { .. }) | (Line::Observe { .. }, Line::Observe { .. }) => {
+            (x != y).then(|| "private pool op (id, use count)".into())
+        }
+        (Line::OomObserver { .. }, Line::OomObserver { .. }) => {
+            (x != y).then(|| "oom observer arguments".into())
+        }
         (Line::Oom { id: a, .. }, Line::Oom { id: b, .. }) => (a != b).then(|| "oom".into()),
         (Line::Error { id: a, .. }, Line::Error { id: b, .. }) => (a != b).then(|| "error".into()),
         (Line::Free { id: a, pending: p }, Line::Free { id: b, pending: q }) => {

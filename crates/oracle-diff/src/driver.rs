@@ -6,12 +6,13 @@ use std::collections::HashMap;
 
 use c10_cuda::config::AllocatorConfig;
 use c10_cuda::device::{DevicePtr, StreamId};
+use c10_cuda::observer::OomObservation;
 use c10_cuda::rules::Rules;
 use c10_cuda::snapshot::BlockState;
-use c10_cuda::{DeviceCachingAllocator, Error};
+use c10_cuda::{DeviceCachingAllocator, Error, MempoolId, StreamFilter};
 
 use crate::fake::{FakeConfig, FakeCuda};
-use crate::script::{Op, Script};
+use crate::script::{Op, PoolKind, Script};
 use crate::trace::{Line, SnapSegment};
 
 /// Why a script cannot run on our side at all (the oracle would not start either).
@@ -109,8 +110,117 @@ pub fn run(script: &Script, rules: Rules) -> Result<Vec<Line>, DriverError> {
         total_mem,
     });
     let mut live: HashMap<&str, DevicePtr> = HashMap::new();
+    // Pool names and ids: `(0, n)` for MemPools and graph_pool_handle()s (one counter), `(n, 0)`
+    // for a capture's own pool (another), as the oracle numbers them.
+    let mut pools: HashMap<&str, MempoolId> = HashMap::new();
+    let mut names: HashMap<MempoolId, String> = HashMap::new();
+    let (mut uid, mut uuid) = (1u64, 1u64);
+    let mut observers = 0i64;
     for op in &script.ops {
+        if let Some(name) = pool_name(op) {
+            if !matches!(op, Op::PoolCreate { .. }) && !pools.contains_key(name) {
+                fake.push(error(Some(&name.to_owned()), "no pool of that name"));
+                continue;
+            }
+        }
+        let id_of = |name: &str| pools[name];
         match op {
+            Op::PoolCreate {
+                pool,
+                kind,
+                use_on_oom,
+                no_split,
+            } => {
+                if pools.contains_key(pool.as_str()) {
+                    fake.push(error(Some(pool), "pool name already used"));
+                    continue;
+                }
+                if (*use_on_oom || *no_split) && !rules.version.has_mem_pool_options() {
+                    // torch-oracle refuses the options under 2.7 and makes no pool.
+                    fake.push(error(Some(pool), "use_on_oom/no_split need torch 2.15"));
+                    continue;
+                }
+                let id = match kind {
+                    PoolKind::Graph => {
+                        uuid += 1;
+                        MempoolId::new(uuid - 1, 0)
+                    }
+                    _ => {
+                        uid += 1;
+                        MempoolId::new(0, uid - 1)
+                    }
+                };
+                pools.insert(pool, id);
+                names.insert(id, pool.clone());
+                let mut r = Ok(());
+                if *kind == PoolKind::Mempool {
+                    r = alloc.create_or_incref_pool(id);
+                    if r.is_ok() && *use_on_oom {
+                        r = alloc.set_use_on_oom(id, true);
+                    }
+                    if r.is_ok() && *no_split {
+                        r = alloc.set_no_split(id);
+                    }
+                }
+                fake.push(pool_result(r, "pool_create", pool, id, None));
+            }
+            Op::PoolBegin { pool, stream } => {
+                let id = id_of(pool);
+                let filter = match stream {
+                    None => StreamFilter::All,
+                    Some(s) => StreamFilter::Stream(StreamId(u64::from(*s))),
+                };
+                let r = alloc.begin_allocate_to_pool(id, filter);
+                fake.push(pool_result(r, "pool_begin", pool, id, None));
+            }
+            Op::PoolEnd(pool) => {
+                let id = id_of(pool);
+                let r = alloc.end_allocate_to_pool(id);
+                fake.push(pool_result(r, "pool_end", pool, id, None));
+            }
+            Op::PoolRelease(pool) => {
+                let id = id_of(pool);
+                let r = alloc.release_pool(id);
+                fake.push(pool_result(r, "pool_release", pool, id, None));
+            }
+            Op::PoolDelete(pool) => {
+                // The oracle prints the line before the destructor empties the pool (its
+                // cudaFrees follow the line), unless torch 2.7's use-count check refuses it.
+                let id = id_of(pool);
+                let refused = rules.version.mem_pool_destructor_needs_sole_use()
+                    && alloc.pool_use_count(id).ok() != Some(1);
+                if !refused {
+                    fake.push(pool_result(Ok(()), "pool_delete", pool, id, None));
+                }
+                if let Err(e) = alloc.delete_mem_pool(id) {
+                    fake.push(error(Some(pool), &e.to_string()));
+                }
+            }
+            Op::PoolUseCount(pool) => {
+                let id = id_of(pool);
+                match alloc.pool_use_count(id) {
+                    Ok(n) => fake.push(pool_result(Ok(()), "pool_use_count", pool, id, Some(n))),
+                    Err(e) => fake.push(error(Some(pool), &e.to_string())),
+                }
+            }
+            Op::EmptyCachePool(pool) => {
+                let id = id_of(pool);
+                fake.push(Line::EmptyCache);
+                if let Err(e) = alloc.empty_cache_pool(id) {
+                    fake.push(error(Some(pool), &e.to_string()));
+                }
+            }
+            Op::SnapshotPool(pool) => {
+                let id = id_of(pool);
+                let snap = alloc.snapshot_pool(id);
+                fake.push(snapshot_of(&snap, &fake));
+            }
+            Op::Observe => {
+                fake.push(Line::Observe {
+                    observer: observers,
+                });
+                observers += 1;
+            }
             Op::Alloc { id, size, stream } => {
                 if live.contains_key(id.as_str()) {
                     fake.push(error(Some(id), "alloc of an id that is still live"));
@@ -127,6 +237,7 @@ pub fn run(script: &Script, rules: Rules) -> Result<Vec<Line>, DriverError> {
                         seg: -1,
                         offset: 0,
                         block: 0,
+                        private_pool: None,
                     });
                     continue;
                 }
@@ -144,13 +255,27 @@ pub fn run(script: &Script, rules: Rules) -> Result<Vec<Line>, DriverError> {
                             seg,
                             offset,
                             block: a.size as i64,
+                            private_pool: alloc
+                                .block_pool_id(a.ptr)
+                                .and_then(|p| names.get(&p).cloned()),
                         });
                     }
-                    Err(Error::OutOfMemory(e)) => fake.push(Line::Oom {
-                        id: id.clone(),
-                        size: *size,
-                        error: e.to_string(),
-                    }),
+                    Err(Error::OutOfMemory(e)) => {
+                        let seen = OomObservation::from_error(&e);
+                        for observer in 0..observers {
+                            fake.push(Line::OomObserver {
+                                observer,
+                                alloc: seen.alloc,
+                                device_total: seen.device_total,
+                                device_free: seen.device_free,
+                            });
+                        }
+                        fake.push(Line::Oom {
+                            id: id.clone(),
+                            size: *size,
+                            error: e.to_string(),
+                        })
+                    }
                     Err(e) => fake.push(error(Some(id), &e.to_string())),
                 }
             }
@@ -229,6 +354,40 @@ pub fn run(script: &Script, rules: Rules) -> Result<Vec<Line>, DriverError> {
     Ok(fake.take_log())
 }
 
+/// The pool a pool op names.
+fn pool_name(op: &Op) -> Option<&str> {
+    match op {
+        Op::PoolCreate { pool, .. }
+        | Op::PoolBegin { pool, .. }
+        | Op::PoolEnd(pool)
+        | Op::PoolRelease(pool)
+        | Op::PoolDelete(pool)
+        | Op::PoolUseCount(pool)
+        | Op::EmptyCachePool(pool)
+        | Op::SnapshotPool(pool) => Some(pool),
+        _ => None,
+    }
+}
+
+/// The line of a pool op: its own on success, an error line naming the pool otherwise.
+fn pool_result(
+    r: c10_cuda::Result<()>,
+    op: &str,
+    pool: &str,
+    id: MempoolId,
+    use_count: Option<i64>,
+) -> Line {
+    match r {
+        Ok(()) => Line::Pool {
+            op: op.to_owned(),
+            pool: pool.to_owned(),
+            id: (id.first, id.second),
+            use_count,
+        },
+        Err(e) => error(Some(&pool.to_owned()), &e.to_string()),
+    }
+}
+
 fn error(id: Option<&String>, msg: &str) -> Line {
     Line::Error {
         id: id.cloned(),
@@ -246,6 +405,10 @@ fn stats_line(alloc: &DeviceCachingAllocator<FakeCuda>, fake: &FakeCuda, last: b
 
 fn snapshot_line(alloc: &mut DeviceCachingAllocator<FakeCuda>, fake: &FakeCuda) -> Line {
     let snap = alloc.snapshot();
+    snapshot_of(&snap, fake)
+}
+
+fn snapshot_of(snap: &c10_cuda::snapshot::DeviceSnapshot, fake: &FakeCuda) -> Line {
     let segs = snap
         .segments
         .iter()
@@ -260,6 +423,7 @@ fn snapshot_line(alloc: &mut DeviceCachingAllocator<FakeCuda>, fake: &FakeCuda) 
                 requested_size: s.requested_size,
                 stream: s.stream.0 as i64,
                 pool: s.segment_type().to_owned(),
+                pool_id: (s.segment_pool_id.first, s.segment_pool_id.second),
                 expandable: s.is_expandable,
                 blocks: s
                     .blocks

@@ -76,9 +76,44 @@ pub fn render(lines: &[Line], order_sensitive: bool) -> String {
                 seg,
                 offset,
                 block,
+                private_pool,
                 ..
             } => {
-                let _ = writeln!(out, "alloc {id} seg {seg} off {offset} block {block}");
+                let _ = write!(out, "alloc {id} seg {seg} off {offset} block {block}");
+                match private_pool {
+                    Some(p) => {
+                        let _ = writeln!(out, " in {p}");
+                    }
+                    None => out.push('\n'),
+                }
+            }
+            Line::Pool {
+                op,
+                pool,
+                id,
+                use_count,
+            } => {
+                let _ = write!(out, "{op} {pool} ({}, {})", id.0, id.1);
+                match use_count {
+                    Some(n) => {
+                        let _ = writeln!(out, " use_count {n}");
+                    }
+                    None => out.push('\n'),
+                }
+            }
+            Line::Observe { observer } => {
+                let _ = writeln!(out, "observe {observer}");
+            }
+            Line::OomObserver {
+                observer,
+                alloc,
+                device_total,
+                device_free,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "oom_observer {observer} alloc {alloc} total {device_total} free {device_free}"
+                );
             }
             Line::Oom { id, .. } => {
                 let _ = writeln!(out, "oom {id}");
@@ -130,7 +165,7 @@ pub fn render(lines: &[Line], order_sensitive: bool) -> String {
                         .collect();
                     let _ = writeln!(
                         out,
-                        "  seg {} off {} size {} alloc {} active {} req {} stream {} {}{} [{}]",
+                        "  seg {} off {} size {} alloc {} active {} req {} stream {} {}{}{} [{}]",
                         s.seg,
                         s.offset,
                         s.total_size,
@@ -139,6 +174,11 @@ pub fn render(lines: &[Line], order_sensitive: bool) -> String {
                         s.requested_size,
                         s.stream,
                         s.pool,
+                        if s.pool_id == (0, 0) {
+                            String::new()
+                        } else {
+                            format!(" pool ({}, {})", s.pool_id.0, s.pool_id.1)
+                        },
                         if s.expandable { " expandable" } else { "" },
                         blocks.join(" ")
                     );

@@ -10,14 +10,20 @@
 //! `record` on other streams, `sync` of one stream or all, `empty_cache`, `set_fraction`, stat
 //! resets, `stats` and `snapshot`.
 //!
-//! The same `(seed, case, version)` always gives the same script. Private pools and OOM
-//! observers (issue 16) would be new [`crate::script::Op`] variants drawn in `ops` (this file).
+//! Half the scripts also use private pools (issue 16): `pool_create` (MemPools, graph pool
+//! handles and graph ids; under 2.15 `use_on_oom` and `no_split` MemPools), `pool_begin` on all
+//! streams or one, `pool_end`, `pool_release`, `pool_use_count`, `pool_delete`, and
+//! pool-scoped `empty_cache P` / `snapshot P`, mostly in a sensible order (begin, allocate,
+//! end, release) and sometimes not (a second begin, one release too many), so both the rules
+//! and PyTorch's assertions are exercised; about a third attach OOM observers (`observe`).
+//!
+//! The same `(seed, case, version)` always gives the same script.
 
 use c10_cuda::rules::TorchVersion;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::script::{Op, Script};
+use crate::script::{Op, PoolKind, Script};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -75,7 +81,7 @@ pub fn script(seed: u64, case: u64, version: TorchVersion, shape: Shape) -> Scri
         // garbage_collection_threshold only acts with a memory fraction.
         ops.push(Op::SetFraction(fraction(&mut rng)));
     }
-    ops.extend(self::ops(&mut rng, n, total));
+    ops.extend(self::ops(&mut rng, n, total, version));
     Script { env, ops }
 }
 
@@ -172,9 +178,124 @@ fn size(rng: &mut ChaCha8Rng, total: u64, palette: &[u64]) -> u64 {
     }
 }
 
+/// A private pool of a script, as the generator tracks it.
+struct GenPool {
+    name: String,
+    kind: PoolKind,
+    /// The use count the allocator should have (made in the allocator once > 0 or created).
+    uses: i64,
+    begun: bool,
+    /// Whether the allocator has it (a handle or graph id only once begun).
+    made: bool,
+    /// `pool_delete`d: not named by `empty_cache P` / `snapshot P` again (torch-oracle needs a
+    /// live MemPool for those under 2.7).
+    deleted: bool,
+}
+
+/// A private-pool op for the pools so far (`None`: nothing sensible to do now).
+fn pool_op(
+    rng: &mut ChaCha8Rng,
+    pools: &mut Vec<GenPool>,
+    streams: u32,
+    version: TorchVersion,
+) -> Option<Op> {
+    let roll = rng.random_range(0..100);
+    if pools.len() < 4 && (pools.is_empty() || roll < 15) {
+        let name = format!("P{}", pools.len());
+        let kind = *pick(
+            rng,
+            &[
+                PoolKind::Mempool,
+                PoolKind::Mempool,
+                PoolKind::Mempool,
+                PoolKind::Handle,
+                PoolKind::Graph,
+            ],
+        );
+        let options = version.has_mem_pool_options() && kind == PoolKind::Mempool;
+        let use_on_oom = options && rng.random_bool(0.3);
+        let no_split = options && rng.random_bool(0.2);
+        let made = kind == PoolKind::Mempool;
+        pools.push(GenPool {
+            name: name.clone(),
+            kind,
+            uses: i64::from(made),
+            begun: false,
+            made,
+            deleted: false,
+        });
+        return Some(Op::PoolCreate {
+            pool: name,
+            kind,
+            use_on_oom,
+            no_split,
+        });
+    }
+    let any_begun = pools.iter().any(|p| p.begun);
+    let k = rng.random_range(0..pools.len());
+    let misuse = rng.random_bool(0.03);
+    let p = &mut pools[k];
+    let name = p.name.clone();
+    match roll {
+        15..=44 => {
+            // Begin: only a pool that is not begun and is alive (or not made yet).
+            if !misuse && (p.begun || (p.made && p.uses <= 0)) {
+                return None;
+            }
+            if !p.begun {
+                p.begun = true;
+                p.uses += 1;
+                p.made = true;
+            }
+            let stream = if streams > 0 && rng.random_bool(0.4) {
+                Some(rng.random_range(0..=streams))
+            } else {
+                None
+            };
+            Some(Op::PoolBegin { pool: name, stream })
+        }
+        45..=64 => {
+            if !p.begun && !misuse {
+                return None;
+            }
+            p.begun = false;
+            Some(Op::PoolEnd(name))
+        }
+        65..=77 => {
+            // Release: a use not held by a begin (or one too many, rarely).
+            if !p.made || (!misuse && p.uses <= i64::from(p.begun)) {
+                return None;
+            }
+            p.uses -= 1;
+            Some(Op::PoolRelease(name))
+        }
+        78..=83 => p.made.then_some(Op::PoolUseCount(name)),
+        84..=87 => {
+            // torch 2.7's ~MemPool empties the cache, which aborts (an assertion in a
+            // destructor) while any pool is begun: the oracle cannot run that.
+            let aborts = version.begun_pool_is_capture() && any_begun;
+            if p.kind != PoolKind::Mempool || p.begun || aborts || (!misuse && p.uses != 1) {
+                return None;
+            }
+            p.uses -= 1;
+            p.deleted = true;
+            Some(Op::PoolDelete(name))
+        }
+        88..=95 => (p.kind == PoolKind::Mempool && !p.deleted).then_some(Op::EmptyCachePool(name)),
+        _ => (p.kind == PoolKind::Mempool && !p.deleted).then_some(Op::SnapshotPool(name)),
+    }
+}
+
 /// `n` ops on a device of `total` bytes.
-fn ops(rng: &mut ChaCha8Rng, n: usize, total: u64) -> Vec<Op> {
+fn ops(rng: &mut ChaCha8Rng, n: usize, total: u64, version: TorchVersion) -> Vec<Op> {
     let streams: u32 = *pick(rng, &[0, 1, 1, 2, 2, 3]);
+    let pooled = rng.random_bool(0.5);
+    let mut pools: Vec<GenPool> = Vec::new();
+    let observers = if rng.random_bool(0.35) {
+        rng.random_range(1..=2)
+    } else {
+        0
+    };
     let palette: Vec<u64> = (0..rng.random_range(0..=6))
         .map(|_| size(rng, total, &[]))
         .collect();
@@ -182,7 +303,16 @@ fn ops(rng: &mut ChaCha8Rng, n: usize, total: u64) -> Vec<Op> {
     let mut live: Vec<(String, u32)> = Vec::new();
     let mut next_id = 0u64;
     let mut out = Vec::with_capacity(n);
+    for _ in 0..observers {
+        out.push(Op::Observe);
+    }
     while out.len() < n {
+        if pooled && rng.random_bool(0.1) {
+            if let Some(op) = pool_op(rng, &mut pools, streams, version) {
+                out.push(op);
+            }
+            continue;
+        }
         let roll = rng.random_range(0..1000);
         let want_alloc = live.is_empty() || (live.len() < target_live && roll < 520);
         let op = if want_alloc || roll < 430 {

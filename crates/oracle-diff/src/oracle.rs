@@ -60,6 +60,9 @@ pub fn cache_dir() -> PathBuf {
     Path::new(&home).join(".cache").join("torch-oracle")
 }
 
+/// How long one oracle run may take (a few hundred ops take milliseconds).
+const ORACLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// One built oracle.
 #[derive(Clone, Debug)]
 pub struct Oracle {
@@ -129,7 +132,42 @@ impl Oracle {
             let mut stdin = child.stdin.take().expect("stdin was piped");
             stdin.write_all(body.as_bytes()).map_err(io)?;
         }
-        let out = child.wait_with_output().map_err(io)?;
+        // Read both pipes on threads and wait with a deadline: a script can make the real
+        // allocator spin forever (seen once in 4000 random scripts with private pools).
+        let mut stdout = child.stdout.take().expect("stdout was piped");
+        let mut stderr = child.stderr.take().expect("stderr was piped");
+        let out_reader = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut stdout, &mut v).map(|_| v)
+        });
+        let err_reader = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut stderr, &mut v).map(|_| v)
+        });
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().map_err(io)? {
+                break status;
+            }
+            if start.elapsed() > ORACLE_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(OracleError::Failed {
+                    status: format!("timed out after {} s (killed)", ORACLE_TIMEOUT.as_secs()),
+                    stderr: String::new(),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        let joined = |h: std::thread::JoinHandle<std::io::Result<Vec<u8>>>| {
+            h.join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("pipe reader panicked")))
+        };
+        let out = std::process::Output {
+            status,
+            stdout: joined(out_reader).map_err(io)?,
+            stderr: joined(err_reader).map_err(io)?,
+        };
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             let tail: String = err

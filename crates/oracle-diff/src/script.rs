@@ -1,9 +1,8 @@
 //! Op scripts in torch-oracle's format: the model, the parser and the printer.
 //!
 //! One op per line, `#` starts a comment, `env NAME=VALUE` lines before the first op (see
-//! `../shared/torch-oracle/README.md`). This is the subset without private pools and OOM
-//! observers (`pool_*`, `observe`: issue 16); [`Op`] is an enum so those can be added as
-//! variants, and the parser names them as not supported yet.
+//! `../shared/torch-oracle/README.md`), private pools (`pool_*`, `empty_cache P`, `snapshot P`)
+//! and OOM observers (`observe`) included.
 
 use std::fmt;
 
@@ -50,6 +49,62 @@ pub enum Op {
     Snapshot,
     /// `mark TEXT`: print TEXT.
     Mark(String),
+    /// `pool_create P [mempool|handle|graph] [use_on_oom] [no_split]`: a new private pool id
+    /// (`torch.cuda.MemPool()`, `graph_pool_handle()`, a capture's own id).
+    PoolCreate {
+        /// The script's name for the pool.
+        pool: String,
+        /// How the id is made.
+        kind: PoolKind,
+        /// torch 2.15's `MemPool(use_on_oom=True)`.
+        use_on_oom: bool,
+        /// torch 2.15's `MemPool(no_split=True)`.
+        no_split: bool,
+    },
+    /// `pool_begin P [STREAM|all]`: `beginAllocateToPool(0, id, filter)`.
+    PoolBegin {
+        /// The pool.
+        pool: String,
+        /// The stream the filter accepts, `None` for all.
+        stream: Option<u32>,
+    },
+    /// `pool_end P`: `endAllocateToPool`.
+    PoolEnd(String),
+    /// `pool_release P`: `releasePool`.
+    PoolRelease(String),
+    /// `pool_use_count P`: print `getPoolUseCount`.
+    PoolUseCount(String),
+    /// `pool_delete P`: what `~MemPool` does.
+    PoolDelete(String),
+    /// `empty_cache P`: `emptyCache(id)` (2.7: under the pool's `MemPoolContext`).
+    EmptyCachePool(String),
+    /// `snapshot P`: the pool's segments only.
+    SnapshotPool(String),
+    /// `observe`: attach an OOM observer.
+    Observe,
+}
+
+/// How `pool_create` makes a pool id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    /// `torch.cuda.MemPool()`: id `(0, n)`, made in the allocator at use count 1.
+    Mempool,
+    /// `torch.cuda.graph_pool_handle()`: id `(0, n)` from the same counter, made by the first
+    /// `pool_begin`.
+    Handle,
+    /// A CUDA graph's own pool: id `(n, 0)` from another counter, made by `pool_begin`.
+    Graph,
+}
+
+impl PoolKind {
+    /// The script spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolKind::Mempool => "mempool",
+            PoolKind::Handle => "handle",
+            PoolKind::Graph => "graph",
+        }
+    }
 }
 
 /// A whole script: its `env` lines and its ops.
@@ -169,8 +224,11 @@ impl Script {
                     Op::Sync { stream }
                 }
                 "empty_cache" => {
-                    need(1, 1)?;
-                    Op::EmptyCache
+                    need(1, 2)?;
+                    match words.get(1) {
+                        Some(p) => Op::EmptyCachePool((*p).to_owned()),
+                        None => Op::EmptyCache,
+                    }
                 }
                 "set_fraction" => {
                     need(2, 2)?;
@@ -192,18 +250,63 @@ impl Script {
                     Op::Stats
                 }
                 "snapshot" => {
-                    need(1, 1)?;
-                    Op::Snapshot
+                    need(1, 2)?;
+                    match words.get(1) {
+                        Some(p) => Op::SnapshotPool((*p).to_owned()),
+                        None => Op::Snapshot,
+                    }
                 }
                 "mark" => {
                     let text = code.trim_start()[4..].trim();
                     Op::Mark(text.to_owned())
                 }
-                "pool_create" | "pool_begin" | "pool_end" | "pool_release" | "pool_use_count"
-                | "pool_delete" | "observe" => {
-                    return Err(err(format!(
-                        "'{cmd}' (private pools, OOM observers) is not supported by this driver yet"
-                    )));
+                "pool_create" => {
+                    need(2, 5)?;
+                    let (mut kind, mut use_on_oom, mut no_split) =
+                        (PoolKind::Mempool, false, false);
+                    for w in &words[2..] {
+                        match *w {
+                            "mempool" => kind = PoolKind::Mempool,
+                            "handle" => kind = PoolKind::Handle,
+                            "graph" => kind = PoolKind::Graph,
+                            "use_on_oom" => use_on_oom = true,
+                            "no_split" => no_split = true,
+                            other => {
+                                return Err(err(format!("unknown pool_create option '{other}'")));
+                            }
+                        }
+                    }
+                    Op::PoolCreate {
+                        pool: words[1].to_owned(),
+                        kind,
+                        use_on_oom,
+                        no_split,
+                    }
+                }
+                "pool_begin" => {
+                    need(2, 3)?;
+                    let stream = match words.get(2) {
+                        None | Some(&"all") => None,
+                        Some(s) => Some(parse_stream(s, line)?),
+                    };
+                    Op::PoolBegin {
+                        pool: words[1].to_owned(),
+                        stream,
+                    }
+                }
+                "pool_end" | "pool_release" | "pool_use_count" | "pool_delete" => {
+                    need(2, 2)?;
+                    let p = words[1].to_owned();
+                    match cmd {
+                        "pool_end" => Op::PoolEnd(p),
+                        "pool_release" => Op::PoolRelease(p),
+                        "pool_use_count" => Op::PoolUseCount(p),
+                        _ => Op::PoolDelete(p),
+                    }
+                }
+                "observe" => {
+                    need(1, 1)?;
+                    Op::Observe
                 }
                 other => return Err(err(format!("unknown op '{other}'"))),
             };
@@ -228,7 +331,7 @@ impl Script {
             .iter()
             .filter_map(|op| match op {
                 Op::Alloc { stream, .. } | Op::Record { stream, .. } => Some(*stream),
-                Op::Sync { stream } => *stream,
+                Op::Sync { stream } | Op::PoolBegin { stream, .. } => *stream,
                 _ => None,
             })
             .max()
@@ -262,6 +365,33 @@ impl fmt::Display for Op {
             Op::Stats => f.write_str("stats"),
             Op::Snapshot => f.write_str("snapshot"),
             Op::Mark(t) => write!(f, "mark {t}"),
+            Op::PoolCreate {
+                pool,
+                kind,
+                use_on_oom,
+                no_split,
+            } => {
+                write!(f, "pool_create {pool} {}", kind.as_str())?;
+                if *use_on_oom {
+                    f.write_str(" use_on_oom")?;
+                }
+                if *no_split {
+                    f.write_str(" no_split")?;
+                }
+                Ok(())
+            }
+            Op::PoolBegin { pool, stream: None } => write!(f, "pool_begin {pool} all"),
+            Op::PoolBegin {
+                pool,
+                stream: Some(s),
+            } => write!(f, "pool_begin {pool} {s}"),
+            Op::PoolEnd(p) => write!(f, "pool_end {p}"),
+            Op::PoolRelease(p) => write!(f, "pool_release {p}"),
+            Op::PoolUseCount(p) => write!(f, "pool_use_count {p}"),
+            Op::PoolDelete(p) => write!(f, "pool_delete {p}"),
+            Op::EmptyCachePool(p) => write!(f, "empty_cache {p}"),
+            Op::SnapshotPool(p) => write!(f, "snapshot {p}"),
+            Op::Observe => f.write_str("observe"),
         }
     }
 }
@@ -310,6 +440,36 @@ mod tests {
     }
 
     #[test]
+    fn pool_and_observer_ops_parse_and_print_back() {
+        let text = "observe\npool_create p\npool_create g graph\npool_create q mempool use_on_oom no_split\n\
+                    pool_begin p\npool_begin g 2\nalloc x 1MiB\npool_end p\npool_release p\n\
+                    pool_use_count p\nempty_cache p\nsnapshot p\npool_delete p\n";
+        let s = Script::parse(text).unwrap();
+        assert_eq!(s.ops.len(), 13);
+        assert_eq!(s.ops[0], Op::Observe);
+        assert_eq!(
+            s.ops[3],
+            Op::PoolCreate {
+                pool: "q".into(),
+                kind: PoolKind::Mempool,
+                use_on_oom: true,
+                no_split: true
+            }
+        );
+        assert_eq!(
+            s.ops[5],
+            Op::PoolBegin {
+                pool: "g".into(),
+                stream: Some(2)
+            }
+        );
+        assert_eq!(s.ops[10], Op::EmptyCachePool("p".into()));
+        assert_eq!(s.ops[11], Op::SnapshotPool("p".into()));
+        assert_eq!(s.max_stream(), 2);
+        assert_eq!(Script::parse(&s.to_string()).unwrap(), s);
+    }
+
+    #[test]
     fn bad_lines_name_the_line_and_the_problem() {
         for (text, want) in [
             ("alloc x 12Q", "line 1: bad size '12Q'"),
@@ -323,8 +483,8 @@ mod tests {
                 "line 1: set_fraction wants a number in [0, 1]",
             ),
             (
-                "pool_create p",
-                "line 1: 'pool_create' (private pools, OOM observers) is not supported by this driver yet",
+                "pool_create p frob",
+                "line 1: unknown pool_create option 'frob'",
             ),
             ("frob", "line 1: unknown op 'frob'"),
             (

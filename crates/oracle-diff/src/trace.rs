@@ -110,6 +110,9 @@ pub struct SnapSegment {
     pub stream: i64,
     /// `large` or `small`.
     pub pool: String,
+    /// The segment's `owner_private_pool_id` (`segment_pool_id`), `(0, 0)` for the default
+    /// pools.
+    pub pool_id: (u64, u64),
     /// Part of an expandable segment.
     pub expandable: bool,
     /// `(offset in the range, size, requested_size, state)` per block.
@@ -144,6 +147,8 @@ pub enum Line {
         offset: u64,
         /// The block's bytes (growth of `allocated_bytes`).
         block: i64,
+        /// The script's name of the private pool holding the block, if any.
+        private_pool: Option<String>,
     },
     /// An allocation that raised out-of-memory.
     Oom {
@@ -203,6 +208,34 @@ pub enum Line {
     Snapshot(Vec<SnapSegment>),
     /// `mark`.
     Mark(String),
+    /// A private-pool op that succeeded: `pool_create`, `pool_begin`, `pool_end`,
+    /// `pool_release`, `pool_delete`, or `pool_use_count` (with its count).
+    Pool {
+        /// The op.
+        op: String,
+        /// The script's pool name.
+        pool: String,
+        /// The pool id `(first, second)`.
+        id: (u64, u64),
+        /// `pool_use_count`'s count.
+        use_count: Option<i64>,
+    },
+    /// `observe`: an OOM observer attached.
+    Observe {
+        /// Its number, from 0.
+        observer: i64,
+    },
+    /// An OOM observer's call (before the `oom` line).
+    OomObserver {
+        /// The observer's number.
+        observer: i64,
+        /// The device allocation tried (rounded).
+        alloc: u64,
+        /// The device's total, or the fraction's limit.
+        device_total: u64,
+        /// The device's free bytes.
+        device_free: u64,
+    },
     /// A device-level call.
     Ev(DevCall),
 }
@@ -295,6 +328,7 @@ impl Line {
                 seg: i(v, "seg")?,
                 offset: u(v, "offset")?,
                 block: i(v, "block")?,
+                private_pool: s(v, "private_pool"),
             },
             "oom" => Line::Oom {
                 id: s(v, "id")?,
@@ -302,8 +336,27 @@ impl Line {
                 error: s(v, "error")?,
             },
             "error" => Line::Error {
-                id: s(v, "id"),
+                id: s(v, "id").or_else(|| s(v, "pool")),
                 error: s(v, "error")?,
+            },
+            "pool_create" | "pool_begin" | "pool_end" | "pool_release" | "pool_delete"
+            | "pool_use_count" => {
+                let id = v.get("id")?.as_array()?;
+                Line::Pool {
+                    op: op.to_owned(),
+                    pool: s(v, "pool")?,
+                    id: (id.first()?.as_u64()?, id.get(1)?.as_u64()?),
+                    use_count: i(v, "use_count"),
+                }
+            }
+            "observe" => Line::Observe {
+                observer: i(v, "observer")?,
+            },
+            "oom_observer" => Line::OomObserver {
+                observer: i(v, "observer")?,
+                alloc: u(v, "alloc")?,
+                device_total: u(v, "device_total")?,
+                device_free: u(v, "device_free")?,
             },
             "free" => Line::Free {
                 id: s(v, "id")?,
@@ -360,6 +413,10 @@ impl Line {
                         requested_size: u(sg, "requested_size")?,
                         stream: i(sg, "stream")?,
                         pool: s(sg, "pool")?,
+                        pool_id: match sg.get("pool_id").and_then(Value::as_array) {
+                            Some(a) => (a.first()?.as_u64()?, a.get(1)?.as_u64()?),
+                            None => (0, 0),
+                        },
                         expandable: sg.get("expandable")?.as_bool()?,
                         blocks,
                     });
@@ -387,8 +444,35 @@ impl Line {
                 seg,
                 offset,
                 block,
-            } => json!({"op": "alloc", "id": id, "size": size, "stream": stream, "addr": addr,
-                        "seg": seg, "offset": offset, "block": block}),
+                private_pool,
+            } => {
+                let mut v = json!({"op": "alloc", "id": id, "size": size, "stream": stream,
+                                   "addr": addr, "seg": seg, "offset": offset, "block": block});
+                if let Some(p) = private_pool {
+                    v["private_pool"] = Value::from(p.as_str());
+                }
+                v
+            }
+            Line::Pool {
+                op,
+                pool,
+                id,
+                use_count,
+            } => {
+                let mut v = json!({"op": op, "pool": pool, "id": [id.0, id.1]});
+                if let Some(c) = use_count {
+                    v["use_count"] = Value::from(*c);
+                }
+                v
+            }
+            Line::Observe { observer } => json!({"op": "observe", "observer": observer}),
+            Line::OomObserver {
+                observer,
+                alloc,
+                device_total,
+                device_free,
+            } => json!({"op": "oom_observer", "observer": observer, "device": 0, "alloc": alloc,
+                        "device_total": device_total, "device_free": device_free}),
             Line::Oom { id, size, error } => {
                 json!({"op": "oom", "id": id, "size": size, "error": error})
             }
@@ -436,7 +520,8 @@ impl Line {
                         json!({"seg": s.seg, "offset": s.offset, "total_size": s.total_size,
                                "allocated_size": s.allocated_size, "active_size": s.active_size,
                                "requested_size": s.requested_size, "stream": s.stream,
-                               "pool": s.pool, "expandable": s.expandable, "blocks": blocks})
+                               "pool": s.pool, "pool_id": [s.pool_id.0, s.pool_id.1],
+                               "expandable": s.expandable, "blocks": blocks})
                     })
                     .collect();
                 json!({"op": "snapshot", "segments": segs})
@@ -493,7 +578,7 @@ impl DevCall {
 }
 
 /// Reads the oracle's (or our driver's) output: one JSON object a line; lines it does not
-/// know (pool and observer lines) are skipped.
+/// know (the 2.15 OOM-rejection observer's) are skipped.
 ///
 /// # Errors
 /// [`LineError`] for a line that is not JSON, or a known line missing a field.
@@ -528,6 +613,14 @@ pub fn parse_output(text: &str) -> Result<Vec<Line>, LineError> {
                         | "final"
                         | "snapshot"
                         | "mark"
+                        | "pool_create"
+                        | "pool_begin"
+                        | "pool_end"
+                        | "pool_release"
+                        | "pool_delete"
+                        | "pool_use_count"
+                        | "observe"
+                        | "oom_observer"
                 )
             );
         if !known {
