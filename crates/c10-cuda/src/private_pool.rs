@@ -282,6 +282,9 @@ pub(crate) struct PrivatePool {
     pub(crate) small: BlockPool,
     /// torch 2.15's `no_split`.
     pub(crate) no_split: bool,
+    /// Forgotten while blocks still name it (see [`PrivatePools::orphans`]): no longer counted
+    /// in `reserved_bytes_by_private_pools` nor in `cudaMalloc_count`.
+    pub(crate) orphaned: bool,
 }
 
 impl PrivatePool {
@@ -293,6 +296,7 @@ impl PrivatePool {
             large: BlockPool::new(usize::MAX),
             small: BlockPool::new(crate::sizes::SMALL_BUFFER),
             no_split: false,
+            orphaned: false,
         }
     }
 }
@@ -389,6 +393,22 @@ impl PrivatePools {
     /// Whether no private pool exists or ever held a block (the default pools only).
     pub(crate) fn is_empty(&self) -> bool {
         self.slots.iter().all(Option::is_none)
+    }
+
+    /// Frees slot `k` (k >= 1) once no block names it.
+    pub(crate) fn clear_slot(&mut self, k: u32) {
+        self.slots[k as usize - 1] = None;
+    }
+
+    /// The orphaned slots, by slot number: pools forgotten (not begun) while blocks still
+    /// named them, which only PyTorch's expandable-segment bookkeeping allows (see
+    /// [`PoolError::NoAllocationCounted`]). The global `empty_cache` releases their cached
+    /// segments.
+    pub(crate) fn orphans(&self) -> Vec<u32> {
+        self.iter()
+            .filter(|(_, p)| p.orphaned)
+            .map(|(k, _)| k)
+            .collect()
     }
 
     /// The id of the pool in slot `k`, `(0, 0)` for the default pools.
@@ -650,10 +670,30 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// The segments and blocks of the private pool `id` only (PyTorch's
     /// `snapshot(mempool_id)`, `MemPool.snapshot()`), and the history. A pool that does not
-    /// exist has no segments.
+    /// exist has no segments. The segments of a forgotten pool that outlived it (an orphaned
+    /// slot: see [`PoolError::NoAllocationCounted`]) still carry its id in a full snapshot,
+    /// but they are not the pool's: a pool made again with the same id starts with none
+    /// (PyTorch reads the erased pool's memory there).
     pub fn snapshot_pool(&mut self, id: MempoolId) -> DeviceSnapshot {
         let mut snap = self.snapshot();
-        snap.segments.retain(|s| s.segment_pool_id == id);
+        // The live pool's blocks, by address: a segment is the pool's when one of them is in it.
+        let mut own: Vec<crate::device::DevicePtr> = match self.pools.slot_of(id) {
+            Some(k) => self
+                .blocks
+                .iter()
+                .filter(|(_, b)| b.pool == k)
+                .map(|(_, b)| b.ptr)
+                .collect(),
+            None => Vec::new(),
+        };
+        own.sort_unstable();
+        snap.segments.retain(|s| {
+            let first = own.partition_point(|&p| p < s.address);
+            s.segment_pool_id == id
+                && own
+                    .get(first)
+                    .is_some_and(|&p| p < s.address + s.total_size)
+        });
         snap
     }
 
@@ -792,6 +832,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     #[cold]
     pub(crate) fn pool_counted_release(&mut self, k: u32) -> Result<()> {
         let p = self.pools.pool_mut(k);
+        if p.orphaned {
+            return Ok(());
+        }
         if p.malloc_count <= 0 {
             return Err(PoolError::NoAllocationCounted { id: p.id }.into());
         }
@@ -803,6 +846,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// `reserved_bytes_by_private_pools`; kept under every version, reported by 2.15's).
     #[cold]
     pub(crate) fn pool_reserved(&mut self, k: u32, small: bool, bytes: usize, up: bool) {
+        if self.pools.pool(k).orphaned {
+            return;
+        }
         let id = self.pools.pool(k).id;
         let arr = self
             .stats
@@ -840,8 +886,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         // retry chain (PyTorch goes on with the erased pool's memory: its new segment still
         // reports the pool's id); later requests routed to it are refused.
         let begun = self.pools.begun.iter().any(|(b, _)| *b == id);
-        if !begun && !self.blocks.iter().any(|(_, b)| b.pool == k) {
-            self.pools.slots[k as usize - 1] = None;
+        if !begun {
+            if self.blocks.iter().any(|(_, b)| b.pool == k) {
+                self.pools.pool_mut(k).orphaned = true;
+            } else {
+                self.pools.slots[k as usize - 1] = None;
+            }
         }
     }
 

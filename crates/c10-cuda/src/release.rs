@@ -210,7 +210,25 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             self.release_blocks(k, false)?;
             self.forget_pool_if_empty(id);
         }
+        if only.is_none() {
+            self.release_orphans()?;
+        }
         Ok(true)
+    }
+
+    /// Global `empty_cache`: releases the cached segments of orphaned slots (see
+    /// [`crate::private_pool::PrivatePools::orphans`]) and frees a slot left with no block. A deliberate difference:
+    /// PyTorch keeps such blocks in the erased pool's memory for good (they are never released,
+    /// and a pool made later at the same address can be served from them).
+    fn release_orphans(&mut self) -> Result<()> {
+        for k in self.pools.orphans() {
+            self.release_blocks(k, true)?;
+            self.release_blocks(k, false)?;
+            if !self.blocks.iter().any(|(_, b)| b.pool == k) {
+                self.pools.clear_slot(k);
+            }
+        }
+        Ok(())
     }
 
     /// With `max_split_size` set: frees the smallest oversize cached block that covers the

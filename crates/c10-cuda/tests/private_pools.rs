@@ -439,10 +439,21 @@ fn run_case(version: TorchVersion, config: usize, capacity: usize, ops: &[Op]) {
         a.free(p).unwrap();
     }
     dev.complete_all();
-    a.empty_cache().unwrap();
+    let expandable = CONFIGS[config].contains("expandable");
+    match a.empty_cache() {
+        Ok(()) => {}
+        // PyTorch's `cudaMalloc_count > 0` assertion: with expandable segments a pool's count
+        // can run out before its pages do (ARCHITECTURE.md, "Private pools, not reproduced");
+        // the error is PyTorch's, and the allocator stays consistent.
+        Err(Error::Pool(PoolError::NoAllocationCounted { .. })) if expandable => {
+            a.check_invariants().unwrap();
+            return;
+        }
+        Err(e) => panic!("teardown empty_cache: {e}"),
+    }
     a.check_invariants().unwrap();
     assert_eq!(a.reserved_bytes(), 0);
-    if CONFIGS[config].contains("expandable") {
+    if expandable {
         // PyTorch counts one device allocation per request that maps pages but one release per
         // unmapping, so an expandable pool can outlive its last page (reserving nothing).
         assert!(a.private_pools().iter().all(|p| p.reserved == 0));
