@@ -97,6 +97,38 @@ pub(crate) struct Params {
     pub(crate) no_split: bool,
 }
 
+/// The fields of a block being freed that [`DeviceCachingAllocator::free_block`] needs, read
+/// once.
+#[derive(Clone, Copy)]
+struct Freed {
+    ptr: DevicePtr,
+    size: usize,
+    requested: usize,
+    stream: StreamId,
+    small: bool,
+    prev: Option<BlockId>,
+    next: Option<BlockId>,
+    pool: u32,
+    mapped: bool,
+}
+
+impl Freed {
+    #[inline(always)]
+    fn of(b: &Block) -> Self {
+        Freed {
+            ptr: b.ptr,
+            size: b.size,
+            requested: b.requested_size,
+            stream: b.stream,
+            small: b.small,
+            prev: b.prev,
+            next: b.next,
+            pool: b.pool,
+            mapped: b.mapped,
+        }
+    }
+}
+
 impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// Creates the allocator of `device` with `config`, following the newest PyTorch version's
     /// rules with every deliberate fix ([`Rules::default`]); see [`Self::with_rules`].
@@ -571,20 +603,23 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     #[inline(always)]
     pub(crate) fn alloc_found_block(&mut self, p: &Params, found: BlockId) -> Allocation {
         let small = p.small;
-        let (block_size, already_split, expandable, block_ptr) = {
+        // One read of the found block: everything both paths need.
+        let (block_size, already_split, expandable, ptr, prev, rank) = {
             let b = self.blocks.get(found);
-            (b.size, b.is_split(), b.expandable.is_some(), b.ptr)
+            (b.size, b.is_split(), b.expandable, b.ptr, b.prev, b.rank)
         };
-        let id = if !p.no_split && should_split(block_size, p.size, p.small, &self.config) {
+        let not_expandable = expandable.is_none();
+        let (id, size) = if !p.no_split && should_split(block_size, p.size, p.small, &self.config) {
             // The allocation takes the low addresses; the remainder keeps the old id.
             let remaining = found;
-            let prev = self.blocks.get(remaining).prev;
-            let mut block = Block::new(block_ptr, p.size, p.stream, p.small);
-            block.expandable = self.blocks.get(remaining).expandable;
-            block.rank = self.blocks.get(remaining).rank;
+            let mut block = Block::new(ptr, p.size, p.stream, p.small);
+            block.expandable = expandable;
+            block.rank = rank;
             block.pool = p.pool;
             block.prev = prev;
             block.next = Some(remaining);
+            block.allocated = true;
+            block.requested_size = p.orig_size;
             let id = self.blocks.insert(block);
             if let Some(prev) = prev {
                 self.blocks.get_mut(prev).next = Some(id);
@@ -602,10 +637,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             r.size -= p.size;
             let remaining_size = r.size;
             pool.insert_into_blocks(remaining, r);
-            if already_split && !expandable {
+            if already_split && not_expandable {
                 // An already-split inactive block shrinks by `size` bytes.
                 decrease(&mut self.stats.inactive_split_bytes, small, p.size as u64);
-            } else if !expandable {
+            } else if not_expandable {
                 // A new inactive split block appears from a previously unsplit block.
                 increase(
                     &mut self.stats.inactive_split_bytes,
@@ -614,9 +649,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 );
                 increase(&mut self.stats.inactive_split, small, 1);
             }
-            id
+            (id, p.size)
         } else {
-            if already_split && !expandable {
+            if already_split && not_expandable {
                 // An already-split block becomes active.
                 decrease(
                     &mut self.stats.inactive_split_bytes,
@@ -625,21 +660,16 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 );
                 decrease(&mut self.stats.inactive_split, small, 1);
             }
-            found
+            let b = self.blocks.get_mut(found);
+            b.allocated = true;
+            b.requested_size = p.orig_size;
+            (found, block_size)
         };
-        let b = self.blocks.get_mut(id);
-        b.allocated = true;
-        b.requested_size = p.orig_size;
-        let (ptr, size) = (b.ptr, b.size);
         self.history
             .record(TraceAction::Alloc, ptr, p.orig_size as u64, p.stream);
         self.allocated.insert(ptr, id);
-        let stats = &mut self.stats;
-        increase(&mut stats.allocation, small, 1);
-        increase(&mut stats.allocated_bytes, small, size as u64);
-        increase(&mut stats.active, small, 1);
-        increase(&mut stats.active_bytes, small, size as u64);
-        increase(&mut stats.requested_bytes, small, p.orig_size as u64);
+        self.stats
+            .count_alloc(small, size as u64, p.orig_size as u64);
         if size >= self.config.max_split_size_or_max() {
             self.stats.oversize_allocations.increase(1);
         }
@@ -704,7 +734,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidPointer`] when `ptr` is not an allocated block of this allocator (nothing
     /// changes); [`Error::Device`] when recording an event fails.
-    #[inline]
+    #[inline(always)]
     pub fn free(&mut self, ptr: DevicePtr) -> Result<()> {
         let Some(id) = self.allocated.remove(ptr) else {
             return Err(Error::InvalidPointer {
@@ -715,10 +745,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let b = self.blocks.get_mut(id);
         b.allocated = false;
         b.tag = None;
-        let (small, size, requested, stream) = (b.small, b.size, b.requested_size, b.stream);
         let has_uses = !b.stream_uses.is_empty();
-        decrease(&mut self.stats.allocation, small, 1);
-        decrease(&mut self.stats.allocated_bytes, small, size as u64);
+        let f = Freed::of(b);
+        let (small, size, requested, stream) = (f.small, f.size, f.requested, f.stream);
+        self.stats.count_free_requested(small, size as u64);
         self.history
             .record(TraceAction::FreeRequested, ptr, requested as u64, stream);
         if size >= self.config.max_split_size_or_max() {
@@ -732,7 +762,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             }
             self.insert_events(id)
         } else {
-            self.free_block(id);
+            self.free_idle_block(id, f);
             Ok(())
         }
     }
@@ -817,30 +847,40 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// (PyTorch's `free_block`).
     #[inline(always)]
     pub(crate) fn free_block(&mut self, id: BlockId) {
-        let (ptr, original_size, requested, stream, small, prev, next, block_pool) = {
-            let b = self.blocks.get(id);
-            debug_assert!(b.is_idle());
-            (
-                b.ptr,
-                b.size,
-                b.requested_size,
-                b.stream,
-                b.small,
-                b.prev,
-                b.next,
-                b.pool,
-            )
-        };
+        let b = self.blocks.get(id);
+        debug_assert!(b.is_idle());
+        let f = Freed::of(b);
+        self.free_idle_block(id, f);
+    }
+
+    /// [`Self::free_block`] with the block's fields already read (by [`Self::free`]).
+    #[inline(always)]
+    fn free_idle_block(&mut self, id: BlockId, f: Freed) {
+        let Freed {
+            ptr,
+            size: original_size,
+            requested,
+            stream,
+            small,
+            prev,
+            next,
+            pool: block_pool,
+            mapped,
+        } = f;
         self.history
             .record(TraceAction::FreeCompleted, ptr, requested as u64, stream);
-        let mut net_inactive_split_blocks: i64 = 0;
-        let mut net_inactive_split_size: i64 = 0;
-        for candidate in [prev, next] {
-            let subsumed = self.try_merge_blocks(id, candidate);
-            if subsumed > 0 {
-                net_inactive_split_blocks -= 1;
-                net_inactive_split_size -= subsumed as i64;
-            }
+        // Merged neighbours leave the inactive split blocks; PyTorch merges the lower one first.
+        let mut merged_blocks: i64 = 0;
+        let mut merged_bytes: usize = 0;
+        if let Some(src) = prev {
+            let subsumed = self.merge_neighbour(id, src, mapped, true);
+            merged_blocks += i64::from(subsumed > 0);
+            merged_bytes += subsumed;
+        }
+        if let Some(src) = next {
+            let subsumed = self.merge_neighbour(id, src, mapped, false);
+            merged_blocks += i64::from(subsumed > 0);
+            merged_bytes += subsumed;
         }
         let pool = select_pool(
             &mut self.small,
@@ -851,13 +891,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         );
         let b = self.blocks.get_mut(id);
         pool.insert_into_blocks(id, b);
-        if b.is_split() {
-            net_inactive_split_blocks += 1;
-            net_inactive_split_size += b.size as i64;
-        }
+        let (net_inactive_split_blocks, net_inactive_split_size) = if b.is_split() {
+            (1 - merged_blocks, b.size as i64 - merged_bytes as i64)
+        } else {
+            (-merged_blocks, -(merged_bytes as i64))
+        };
         let expandable = b.expandable.is_some();
         let stats = &mut self.stats;
-        if !expandable && (net_inactive_split_blocks != 0 || net_inactive_split_size != 0) {
+        if !expandable {
             apply_net(&mut stats.inactive_split, small, net_inactive_split_blocks);
             apply_net(
                 &mut stats.inactive_split_bytes,
@@ -865,9 +906,56 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 net_inactive_split_size,
             );
         }
-        decrease(&mut stats.active, small, 1);
-        decrease(&mut stats.active_bytes, small, original_size as u64);
-        decrease(&mut stats.requested_bytes, small, requested as u64);
+        stats.count_free_completed(small, original_size as u64, requested as u64);
+    }
+
+    /// [`Self::try_merge_blocks`] from [`Self::free_block`], which knows `dst`'s mapping state
+    /// and on which side `src` lies (`lower`: `src` is `dst`'s `prev`).
+    #[inline(always)]
+    fn merge_neighbour(
+        &mut self,
+        dst: BlockId,
+        src: BlockId,
+        dst_mapped: bool,
+        lower: bool,
+    ) -> usize {
+        let s = self.blocks.get(src);
+        if !s.is_idle() || s.mapped != dst_mapped {
+            return 0;
+        }
+        let (s_ptr, s_size, s_prev, s_next, s_small, s_stream, s_pool) =
+            (s.ptr, s.size, s.prev, s.next, s.small, s.stream, s.pool);
+        let key = SizeKey::of(src, s);
+        let pool = self.block_pool_mut(s_pool, s_small);
+        if dst_mapped {
+            pool.blocks.remove_present(&key);
+        } else {
+            pool.unmapped.remove(&crate::block::AddrKey {
+                stream: s_stream,
+                ptr: s_ptr,
+                id: src,
+            });
+        }
+        if lower {
+            // [src dst]
+            if let Some(p) = s_prev {
+                self.blocks.get_mut(p).next = Some(dst);
+            }
+            let d = self.blocks.get_mut(dst);
+            d.ptr = s_ptr;
+            d.prev = s_prev;
+            d.size += s_size;
+        } else {
+            // [dst src]
+            if let Some(n) = s_next {
+                self.blocks.get_mut(n).prev = Some(dst);
+            }
+            let d = self.blocks.get_mut(dst);
+            d.next = s_next;
+            d.size += s_size;
+        }
+        self.blocks.remove(src);
+        s_size
     }
 
     /// Merges `src` into `dst` when `src` is an idle neighbour with the same mapping state;
@@ -942,9 +1030,9 @@ pub(crate) fn select_pool<'a>(
 
 #[inline(always)]
 fn apply_net(arr: &mut crate::stats::StatArray, small: bool, net: i64) {
-    match net.cmp(&0) {
-        std::cmp::Ordering::Greater => increase(arr, small, net as u64),
-        std::cmp::Ordering::Less => decrease(arr, small, net.unsigned_abs()),
-        std::cmp::Ordering::Equal => {}
+    if net > 0 {
+        increase(arr, small, net as u64);
+    } else if net < 0 {
+        decrease(arr, small, net.unsigned_abs());
     }
 }

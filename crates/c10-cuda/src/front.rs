@@ -39,7 +39,12 @@ const SHARDS: usize = 16;
 /// device lock is taken.
 pub struct CachingAllocator<D: DeviceMemory> {
     devices: Vec<Mutex<DeviceCachingAllocator<D>>>,
+    /// Which device handed out each live pointer; kept only with two or more devices (with one,
+    /// the device allocator's own pointer map answers, and a pair skips two shard locks and two
+    /// hash-map updates).
     owners: [Mutex<HashMap<DevicePtr, u8, FxBuildHasher>>; SHARDS],
+    /// `devices.len() == 1`: [`Self::owners`] is not used.
+    single: bool,
     callbacks: RwLock<Vec<FreeMemoryCallback>>,
     oom_observers: RwLock<Vec<OutOfMemoryObserver>>,
     /// The [`RecordContext`] in force, as its number (read without a lock on every call).
@@ -68,6 +73,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             out.push(Mutex::new(DeviceCachingAllocator::new(d, config.clone())?));
         }
         Ok(CachingAllocator {
+            single: out.len() == 1,
             devices: out,
             owners: std::array::from_fn(|_| Mutex::new(HashMap::default())),
             callbacks: RwLock::new(Vec::new()),
@@ -201,9 +207,11 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             }
             Err(e) => return Err(e),
         };
-        self.shard(allocation.ptr)
-            .lock()
-            .insert(allocation.ptr, device);
+        if !self.single {
+            self.shard(allocation.ptr)
+                .lock()
+                .insert(allocation.ptr, device);
+        }
         Ok(allocation.ptr)
     }
 
@@ -256,6 +264,10 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     /// [`Self::raw_delete`] with the free's stack given.
     fn delete_with(&self, ptr: DevicePtr, context: Option<Frames>) -> Result<()> {
+        if self.single {
+            return with_context(&mut self.devices[0].lock(), context, |a| a.free(ptr))
+                .map_err(unknown_pointer);
+        }
         let Some(device) = self.shard(ptr).lock().remove(&ptr) else {
             return Err(Error::UnknownPointer { ptr });
         };
@@ -272,7 +284,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
     }
 
+    /// The device that handed out `ptr`. With one device, device 0 without a look-up: the
+    /// caller's device call then reports an unknown pointer ([`unknown_pointer`]).
     fn owner(&self, ptr: DevicePtr) -> Result<u8> {
+        if self.single {
+            return Ok(0);
+        }
         self.shard(ptr)
             .lock()
             .get(&ptr)
@@ -286,7 +303,10 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// [`Error::UnknownPointer`] when `ptr` is not live.
     pub fn record_stream(&self, ptr: DevicePtr, stream: StreamId) -> Result<()> {
         let device = self.owner(ptr)?;
-        self.dev(device)?.lock().record_stream(ptr, stream)
+        self.dev(device)?
+            .lock()
+            .record_stream(ptr, stream)
+            .map_err(unknown_pointer)
     }
 
     /// The segment holding `ptr`: `(base address, segment bytes)` (PyTorch's
@@ -296,7 +316,10 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// [`Error::UnknownPointer`] when `ptr` is not live.
     pub fn get_base_allocation(&self, ptr: DevicePtr) -> Result<(DevicePtr, usize)> {
         let device = self.owner(ptr)?;
-        self.dev(device)?.lock().get_base_allocation(ptr)
+        self.dev(device)?
+            .lock()
+            .get_base_allocation(ptr)
+            .map_err(unknown_pointer)
     }
 
     /// Cached bytes and the largest cached block of `device` (PyTorch's `cacheInfo`).
@@ -444,6 +467,15 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             front: Arc::clone(self),
             device: Device::new(device_type, Some(device)),
         })
+    }
+}
+
+/// The front's error for a pointer no device handed out: a device allocator's
+/// [`Error::InvalidPointer`] becomes [`Error::UnknownPointer`]; other errors pass unchanged.
+fn unknown_pointer(e: Error) -> Error {
+    match e {
+        Error::InvalidPointer { ptr, .. } => Error::UnknownPointer { ptr },
+        other => other,
     }
 }
 

@@ -114,6 +114,66 @@ pub(crate) fn decrease(arr: &mut StatArray, small: bool, amount: u64) {
     arr[pool_index(small)].decrease(amount);
 }
 
+/// [`increase`] with the pool's index `i` and the other pool's `o` computed once by the caller.
+#[inline(always)]
+fn bump(arr: &mut StatArray, i: usize, o: usize, amount: u64) {
+    let amount = amount as i64;
+    let s = &mut arr[i];
+    s.current += amount;
+    s.allocated += amount;
+    let current = s.current;
+    if current > s.peak {
+        s.peak = current;
+    }
+    let total = current + arr[o].current;
+    if total > arr[0].peak {
+        arr[0].peak = total;
+    }
+}
+
+/// [`decrease`] with the pool's index computed once by the caller.
+#[inline(always)]
+fn drop_by(arr: &mut StatArray, i: usize, amount: u64) {
+    let s = &mut arr[i];
+    s.current -= amount as i64;
+    s.freed += amount as i64;
+}
+
+impl DeviceStats {
+    /// A block of `size` bytes (`requested` asked for) handed out from the small or large pool:
+    /// `allocation`, `allocated_bytes`, `active`, `active_bytes` and `requested_bytes` grow, in
+    /// PyTorch's order (`alloc_found_block`).
+    #[inline(always)]
+    pub(crate) fn count_alloc(&mut self, small: bool, size: u64, requested: u64) {
+        let i = pool_index(small);
+        let o = 3 - i;
+        bump(&mut self.allocation, i, o, 1);
+        bump(&mut self.allocated_bytes, i, o, size);
+        bump(&mut self.active, i, o, 1);
+        bump(&mut self.active_bytes, i, o, size);
+        bump(&mut self.requested_bytes, i, o, requested);
+    }
+
+    /// A block of `size` bytes freed by the user (PyTorch's `free`): `allocation` and
+    /// `allocated_bytes` shrink.
+    #[inline(always)]
+    pub(crate) fn count_free_requested(&mut self, small: bool, size: u64) {
+        let i = pool_index(small);
+        drop_by(&mut self.allocation, i, 1);
+        drop_by(&mut self.allocated_bytes, i, size);
+    }
+
+    /// A block of `size` bytes (`requested` asked for) really free (PyTorch's `free_block`):
+    /// `active`, `active_bytes` and `requested_bytes` shrink.
+    #[inline(always)]
+    pub(crate) fn count_free_completed(&mut self, small: bool, size: u64, requested: u64) {
+        let i = pool_index(small);
+        drop_by(&mut self.active, i, 1);
+        drop_by(&mut self.active_bytes, i, size);
+        drop_by(&mut self.requested_bytes, i, requested);
+    }
+}
+
 /// All statistics of one device allocator (PyTorch's `DeviceStats`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceStats {
