@@ -329,7 +329,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// # Errors
     /// [`Error::OutOfMemory`] with every figure when nothing works (the allocator stays
     /// usable); [`Error::Device`] when the device fails in another way.
-    #[inline]
+    #[inline(always)]
     pub fn malloc(&mut self, size: usize, stream: StreamId) -> Result<Allocation> {
         match self.try_malloc_cached(size, stream)? {
             Some(a) => Ok(a),
@@ -342,7 +342,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     ///
     /// # Errors
     /// [`Error::Device`] when an event query fails.
-    #[inline]
+    #[inline(always)]
     pub fn try_malloc_cached(
         &mut self,
         size: usize,
