@@ -122,13 +122,10 @@ fn bump(arr: &mut StatArray, i: usize, o: usize, amount: u64) {
     s.current += amount;
     s.allocated += amount;
     let current = s.current;
-    if current > s.peak {
-        s.peak = current;
-    }
+    // Branch-free maxima (a forward pass sets new peaks at unpredictable points).
+    s.peak = s.peak.max(current);
     let total = current + arr[o].current;
-    if total > arr[0].peak {
-        arr[0].peak = total;
-    }
+    arr[0].peak = arr[0].peak.max(total);
 }
 
 /// [`decrease`] with the pool's index computed once by the caller.
