@@ -909,8 +909,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         stats.count_free_completed(small, original_size as u64, requested as u64);
     }
 
-    /// [`Self::try_merge_blocks`] from [`Self::free_block`], which knows `dst`'s mapping state
-    /// and on which side `src` lies (`lower`: `src` is `dst`'s `prev`).
+    /// [`Self::try_merge_blocks`] given `dst`'s mapping state and on which side `src` lies
+    /// (`lower`: `src` is `dst`'s `prev`).
     #[inline(always)]
     fn merge_neighbour(
         &mut self,
@@ -971,43 +971,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// [`Self::try_merge_blocks`] with a present neighbour.
     #[inline(always)]
     fn merge_into(&mut self, dst: BlockId, src: BlockId) -> usize {
-        let s = self.blocks.get(src);
-        if !s.is_idle() || s.mapped != self.blocks.get(dst).mapped {
-            return 0;
-        }
-        let (s_ptr, s_size, s_prev, s_next, s_mapped, s_small, s_stream, s_pool) = (
-            s.ptr, s.size, s.prev, s.next, s.mapped, s.small, s.stream, s.pool,
-        );
-        let key = SizeKey::of(src, s);
-        let pool = self.block_pool_mut(s_pool, s_small);
-        if s_mapped {
-            pool.blocks.remove_present(&key);
-        } else {
-            pool.unmapped.remove(&crate::block::AddrKey {
-                stream: s_stream,
-                ptr: s_ptr,
-                id: src,
-            });
-        }
-        if self.blocks.get(dst).prev == Some(src) {
-            // [src dst]
-            let d = self.blocks.get_mut(dst);
-            d.ptr = s_ptr;
-            d.prev = s_prev;
-            if let Some(p) = s_prev {
-                self.blocks.get_mut(p).next = Some(dst);
-            }
-        } else {
-            // [dst src]
-            let d = self.blocks.get_mut(dst);
-            d.next = s_next;
-            if let Some(n) = s_next {
-                self.blocks.get_mut(n).prev = Some(dst);
-            }
-        }
-        self.blocks.get_mut(dst).size += s_size;
-        self.blocks.remove(src);
-        s_size
+        let d = self.blocks.get(dst);
+        let (dst_mapped, lower) = (d.mapped, d.prev == Some(src));
+        self.merge_neighbour(dst, src, dst_mapped, lower)
     }
 }
 
