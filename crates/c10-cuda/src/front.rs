@@ -91,7 +91,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     fn dev(&self, device: u8) -> Result<&Mutex<DeviceCachingAllocator<D>>> {
         self.devices
             .get(device as usize)
-            .ok_or_else(|| Error::InvalidDevice {
+            .ok_or(Error::InvalidDevice {
                 device,
                 count: self.devices.len(),
             })
