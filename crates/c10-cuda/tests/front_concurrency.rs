@@ -1,6 +1,6 @@
 //! The thread-safe front (`CachingAllocator`): eight threads allocating and freeing on two
 //! devices, DataPtrs dropped on other threads, free-memory callbacks that re-enter the
-//! allocator, and pointer errors (unknown pointer, double free).
+//! allocator, and pointer errors (unknown pointer, double free) with two devices and with one.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -305,4 +305,39 @@ fn data_ptr_drop_frees_on_another_thread() {
     thread::spawn(move || drop(ptrs)).join().unwrap();
     assert_eq!(front.memory_stats(0).unwrap()["allocation.all.current"], 0);
     assert!(alloc.allocate(0).unwrap().get().is_null());
+}
+
+/// With one device the front keeps no pointer-to-device map (the device allocator's own map
+/// answers); the errors are the same as with several devices.
+#[test]
+fn pointer_errors_with_one_device() {
+    let dev = SimDevice::address_only(0, 1 << 30);
+    let front = CachingAllocator::new(vec![dev], AllocatorConfig::default()).unwrap();
+    let p = front.raw_alloc(0, 4096).unwrap();
+    assert_eq!(front.get_base_allocation(p).unwrap(), (p, 2 * MIB));
+    assert!(matches!(
+        front.raw_delete(p + 512),
+        Err(Error::UnknownPointer { ptr }) if ptr == p + 512
+    ));
+    assert!(matches!(
+        front.get_base_allocation(0xdead_0000),
+        Err(Error::UnknownPointer { ptr: 0xdead_0000 })
+    ));
+    front.record_stream(p, StreamId(1)).unwrap();
+    front.raw_delete(p).unwrap();
+    assert!(matches!(
+        front.raw_delete(p),
+        Err(Error::UnknownPointer { ptr }) if ptr == p
+    ));
+    assert!(matches!(
+        front.record_stream(p, StreamId(1)),
+        Err(Error::UnknownPointer { .. })
+    ));
+    assert!(matches!(
+        front.raw_alloc(1, 16),
+        Err(Error::InvalidDevice {
+            device: 1,
+            count: 1
+        })
+    ));
 }
