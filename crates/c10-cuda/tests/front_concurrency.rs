@@ -245,10 +245,12 @@ fn free_memory_callback_frees_a_held_block() {
     });
 }
 
-#[test]
-fn pointer_errors() {
-    let (_devs, front) = front(1 << 30, "");
-    let p = front.raw_alloc(1, 4096).unwrap();
+/// The front's pointer errors on `device` of a front with `count` devices: unknown pointers,
+/// a double free and a freed pointer's `record_stream` are `UnknownPointer`, a device past the
+/// last is `InvalidDevice`.
+fn assert_pointer_errors(front: &CachingAllocator<SimDevice>, device: u8, count: usize) {
+    let p = front.raw_alloc(device, 4096).unwrap();
+    assert_eq!(front.get_base_allocation(p).unwrap(), (p, 2 * MIB));
     assert!(matches!(
         front.raw_delete(p + 512),
         Err(Error::UnknownPointer { ptr }) if ptr == p + 512
@@ -257,6 +259,11 @@ fn pointer_errors() {
         front.raw_delete(0xdead_0000),
         Err(Error::UnknownPointer { ptr: 0xdead_0000 })
     ));
+    assert!(matches!(
+        front.get_base_allocation(0xdead_0000),
+        Err(Error::UnknownPointer { ptr: 0xdead_0000 })
+    ));
+    front.record_stream(p, StreamId(1)).unwrap();
     front.raw_delete(p).unwrap();
     assert!(matches!(
         front.raw_delete(p),
@@ -266,16 +273,20 @@ fn pointer_errors() {
         front.record_stream(p, StreamId(1)),
         Err(Error::UnknownPointer { .. })
     ));
+    let past = count as u8;
+    assert!(matches!(
+        front.raw_alloc(past, 16),
+        Err(Error::InvalidDevice { device, count: c }) if device == past && c == count
+    ));
+}
+
+#[test]
+fn pointer_errors() {
+    let (_devs, front) = front(1 << 30, "");
+    assert_pointer_errors(&front, 1, 2);
     // The null pointer is ignored; zero bytes give it.
     assert_eq!(front.raw_alloc(0, 0).unwrap(), 0);
     front.raw_delete(0).unwrap();
-    assert!(matches!(
-        front.raw_alloc(2, 16),
-        Err(Error::InvalidDevice {
-            device: 2,
-            count: 2
-        })
-    ));
     assert!(front.allocator(2).is_err());
     // The device allocator underneath refuses a double free the same way.
     front
@@ -313,31 +324,7 @@ fn data_ptr_drop_frees_on_another_thread() {
 fn pointer_errors_with_one_device() {
     let dev = SimDevice::address_only(0, 1 << 30);
     let front = CachingAllocator::new(vec![dev], AllocatorConfig::default()).unwrap();
-    let p = front.raw_alloc(0, 4096).unwrap();
-    assert_eq!(front.get_base_allocation(p).unwrap(), (p, 2 * MIB));
-    assert!(matches!(
-        front.raw_delete(p + 512),
-        Err(Error::UnknownPointer { ptr }) if ptr == p + 512
-    ));
-    assert!(matches!(
-        front.get_base_allocation(0xdead_0000),
-        Err(Error::UnknownPointer { ptr: 0xdead_0000 })
-    ));
-    front.record_stream(p, StreamId(1)).unwrap();
-    front.raw_delete(p).unwrap();
-    assert!(matches!(
-        front.raw_delete(p),
-        Err(Error::UnknownPointer { ptr }) if ptr == p
-    ));
-    assert!(matches!(
-        front.record_stream(p, StreamId(1)),
-        Err(Error::UnknownPointer { .. })
-    ));
-    assert!(matches!(
-        front.raw_alloc(1, 16),
-        Err(Error::InvalidDevice {
-            device: 1,
-            count: 1
-        })
-    ));
+    assert_pointer_errors(&front, 0, 1);
+    let stats = front.memory_stats(0).unwrap();
+    assert_eq!(stats["allocation.all.current"], 0);
 }
