@@ -104,36 +104,30 @@ fn pool_index(small: bool) -> usize {
 /// Adds `amount` to the pool's stat of `arr` and keeps the aggregate's peak.
 #[inline(always)]
 pub(crate) fn increase(arr: &mut StatArray, small: bool, amount: u64) {
-    arr[pool_index(small)].increase(amount);
-    arr[0].peak = arr[0].peak.max(arr[1].current + arr[2].current);
+    let i = pool_index(small);
+    bump(arr, i, 3 - i, amount);
 }
 
 /// Subtracts `amount` from the pool's stat of `arr`.
 #[inline(always)]
 pub(crate) fn decrease(arr: &mut StatArray, small: bool, amount: u64) {
-    arr[pool_index(small)].decrease(amount);
+    drop_by(arr, pool_index(small), amount);
 }
 
-/// [`increase`] with the pool's index `i` and the other pool's `o` computed once by the caller.
+/// [`increase`] with the pool's index `i` and the other pool's `o` computed by the caller (once
+/// for several arrays). The maxima are branch-free: a forward pass sets new peaks at
+/// unpredictable points.
 #[inline(always)]
 fn bump(arr: &mut StatArray, i: usize, o: usize, amount: u64) {
-    let amount = amount as i64;
-    let s = &mut arr[i];
-    s.current += amount;
-    s.allocated += amount;
-    let current = s.current;
-    // Branch-free maxima (a forward pass sets new peaks at unpredictable points).
-    s.peak = s.peak.max(current);
-    let total = current + arr[o].current;
+    arr[i].increase(amount);
+    let total = arr[i].current + arr[o].current;
     arr[0].peak = arr[0].peak.max(total);
 }
 
-/// [`decrease`] with the pool's index computed once by the caller.
+/// [`decrease`] with the pool's index computed by the caller.
 #[inline(always)]
 fn drop_by(arr: &mut StatArray, i: usize, amount: u64) {
-    let s = &mut arr[i];
-    s.current -= amount as i64;
-    s.freed += amount as i64;
+    arr[i].decrease(amount);
 }
 
 impl DeviceStats {

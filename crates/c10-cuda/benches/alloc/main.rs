@@ -54,11 +54,11 @@
 //! four traces of 1,000+ allocations; warm pair 44.6 to 47.3 ns in four runs (61 ns in one
 //! disturbed run). Met: the cubecl target and (except that run) the 50 ns warm pair; missed:
 //! the 10x torch targets. The ratio to PyTorch follows the instruction ratio: callgrind
-//! (`TENSORMEM_ALLOC_PROFILE=warm_pair_512B:warm:1`, 2 replays) counts 996 instructions per
+//! (`TENSORMEM_ALLOC_PROFILE=warm_pair_512B:warm:1`, 2 replays) counts 1,010 instructions per
 //! warm 512 B pair (1,080 before this round of work) against PyTorch's about 4,100: the free
 //! index about 290 (its three-level bitmap about 110), `allocator.rs` 150, stats 120, slice
 //! indexing and bounds checks about 160 (spread over every table), the block arena 85, the
-//! pointer map 51. The traces: 754 to 887 instructions per pair (809 to 962 before). 10x needs
+//! pointer map 51. The traces: 762 to 896 instructions per pair (809 to 962 before). 10x needs
 //! about 410; what is left is spread thin over the rules themselves (best fit, split, merge,
 //! nine stat arrays, the pointer map), so it needs a different data layout, not trimming.
 //! On real traces the wall time also goes to mispredicted data-dependent branches (callgrind's
