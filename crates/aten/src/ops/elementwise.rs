@@ -163,14 +163,12 @@ fn binary_bool(op: Binary, out: &Dst<'_, Bool>, a: &Src<'_, Bool>, b: &Operand<'
 fn unary_num<T: Num>(op: Unary, out: &Dst<'_, T>, a: &Src<'_, T>) {
     match op {
         Unary::Neg => map1(out, a, |x| x.neg()),
-        // NaN propagates, as ATen's clamp_min(0).
-        Unary::Relu => map1(out, a, |x| {
-            if x > T::ZERO || x.is_nan() {
-                x
-            } else {
-                T::ZERO
-            }
-        }),
+        // ATen's relu is `clamp_min(self, 0)` (aten/src/ATen/native/Activation.cpp, `relu`),
+        // whose CPU kernel is `std::max(a, min)`, i.e. `a < min ? min : a`
+        // (aten/src/ATen/native/cpu/TensorCompareKernel.cpp, `clamp_min_scalar_kernel_impl`;
+        // the vectorized `clamp_min` is `_mm256_max_ps(min, a)`, which also returns `a` for
+        // two zeros and for NaN): NaN and -0.0 come out unchanged.
+        Unary::Relu => map1(out, a, |x| if x < T::ZERO { T::ZERO } else { x }),
         _ => unreachable!("floating point operations dispatch to unary_float"),
     }
 }
@@ -189,6 +187,35 @@ fn unary_float<T: Float>(op: Unary, out: &Dst<'_, T>, a: &Src<'_, T>) {
             x.mul(half).mul(T::ONE.add(x.mul(sqrt1_2).erf()))
         }),
         other => unary_num(other, out, a),
+    }
+}
+
+/// `base ^ exponent` for a floating base and a scalar exponent, as ATen's CPU
+/// `pow_tensor_scalar_kernel` (aten/src/ATen/native/cpu/PowKernel.cpp at pytorch 27a4844d7fb,
+/// lines 95-108, and `pow_tensor_scalar_optimized_kernel`, lines 53-87): an exponent equal to
+/// 0.5, -0.5 or -1 (`Scalar::equal`: a float or an int scalar, never a bool) runs the `sqrt`,
+/// `rsqrt` (`1 / sqrt(x)`) or `reciprocal` (`1 / x`) kernel, so `pow(-inf, 0.5)` is NaN and
+/// `pow(-0.0, 0.5)` is -0.0 (C's `pow` gives +inf and +0.0), `pow(-0.0, -0.5)` is -inf; then 2,
+/// 3 and -2 are `x * x`, `x * x * x` and `1 / (x * x)`, and any other exponent is `std::pow`
+/// with the exponent as `double` (a `float` base widened to `double`, the result rounded back,
+/// as the scalar loop does; the vectorized loop's Sleef `pow` is within 1 ulp of it).
+fn pow_scalar_float<T: Float>(out: &Dst<'_, T>, a: &Src<'_, T>, exponent: Scalar) {
+    let e = exponent.to_f64();
+    let equal = |v: f64| !matches!(exponent, Scalar::Bool(_)) && e == v;
+    if equal(0.5) {
+        map1(out, a, |x| x.sqrt());
+    } else if equal(-0.5) {
+        map1(out, a, |x| T::ONE.div(x.sqrt()));
+    } else if equal(-1.0) {
+        map1(out, a, |x| T::ONE.div(x));
+    } else if e == 2.0 {
+        map1(out, a, |x| x.mul(x));
+    } else if e == 3.0 {
+        map1(out, a, |x| x.mul(x).mul(x));
+    } else if e == -2.0 {
+        map1(out, a, |x| T::ONE.div(x.mul(x)));
+    } else {
+        map1(out, a, |x| T::narrow(x.widen().powf(e)));
     }
 }
 
@@ -495,6 +522,13 @@ fn binary(
         }
         if dtype == ScalarType::Bool {
             typed!(Bool, binary_bool)?;
+        } else if let (true, Binary::Pow, Rhs::Scalar(e)) = (dtype.is_floating_point(), op, rhs) {
+            dispatch!(float, op_name, dtype, |T| {
+                let dst = access.dst_as::<T>(op_name, &out, out_layout)?;
+                let src = access.src_as::<T>(op_name, &lhs, a_layout)?;
+                pow_scalar_float::<T>(&dst, &src, e);
+                Ok::<(), Error>(())
+            })?;
         } else if dtype.is_floating_point() {
             dispatch!(float, op_name, dtype, |T| typed!(T, binary_float))?;
         } else {
@@ -707,7 +741,10 @@ impl Tensor {
     }
 
     /// `self ^ exponent`, as `torch.pow(t, exponent)` (`int_tensor ** 2` stays integer,
-    /// `int_tensor ** 0.5` is `Float`).
+    /// `int_tensor ** 0.5` is `Float`). A floating result is computed as ATen's CPU
+    /// `pow_tensor_scalar_kernel`: exponents 0.5, -0.5 and -1 as `sqrt`, `1 / sqrt` and `1 / x`
+    /// (so `pow(-inf, 0.5)` is NaN and `pow(-0.0, 0.5)` is -0.0, unlike C's `pow`), 2, 3 and -2
+    /// by multiplication, others by `pow` in `double`.
     ///
     /// # Errors
     /// As [`Tensor::pow`]; [`Error::InvalidArgument`] for a negative integer exponent of an
@@ -756,7 +793,8 @@ impl Tensor {
         unary("sqrt", Unary::Sqrt, self, false)
     }
 
-    /// `max(self, 0)` with NaN kept, as `torch.relu` (every numeric dtype but Bool).
+    /// `max(self, 0)` with NaN and -0.0 kept, as `torch.relu` (`clamp_min(self, 0)`; every
+    /// numeric dtype but Bool).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for Bool ("Boolean inputs not supported for relu"); as
