@@ -263,6 +263,7 @@ pub fn replay(
         recorded_reserved: 0,
         recorded_peak: 0,
         series: Vec::new(),
+        completions: HashMap::new(),
     };
     let mut start = None;
     if !opts.from_empty {
@@ -315,6 +316,13 @@ pub fn replay(
     let total = opts
         .until_event
         .map_or(events.len(), |u| u.min(events.len()));
+    // The recorded `free_completed` of each `free_requested` (by event index), for the
+    // origins of our own `free_completed` entries.
+    let completed_of = if opts.keep_history {
+        completion_events(&events[..total])
+    } else {
+        HashMap::new()
+    };
     let mut recorded_ooms = 0;
     let mut allocs = 0;
     let mut i = 0;
@@ -340,7 +348,15 @@ pub fn replay(
                     r.note_step_origins(i, i - pending.len(), &events[i - pending.len()..i]);
                 }
             }
-            TraceAction::FreeRequested => r.free_step(e, opts.from_empty)?,
+            TraceAction::FreeRequested => {
+                let freed = r.free_step(e, opts.from_empty)?;
+                if let Some(ptr) = freed {
+                    match completed_of.get(&i) {
+                        Some(&j) => r.completions.insert(ptr, j),
+                        None => r.completions.remove(&ptr),
+                    };
+                }
+            }
             TraceAction::SegmentAlloc if !opts.from_empty => {
                 r.sim.script_malloc(e.addr, e.size as usize);
                 r.recorded_reserved += e.size;
@@ -361,7 +377,8 @@ pub fn replay(
                     .unwrap_or(total);
                 r.empty_cache_step(i, &events[i..end])?;
                 if opts.keep_history {
-                    r.note_origins(i);
+                    // The k-th segment entry of ours replays the k-th recorded one of the run.
+                    r.note_step_origins(i, i, &events[i..end]);
                 }
                 for ev in &events[i + 1..end] {
                     r.recorded_reserved -= ev.size.min(r.recorded_reserved);
@@ -424,6 +441,30 @@ pub fn replay(
     })
 }
 
+/// For each recorded `free_requested` (by index) that a `free_completed` of the same address
+/// follows before the address is allocated again, that `free_completed`'s index.
+fn completion_events(events: &[RecordedEvent]) -> HashMap<usize, usize> {
+    let mut pending: HashMap<u64, usize> = HashMap::new();
+    let mut out = HashMap::new();
+    for (j, e) in events.iter().enumerate() {
+        match e.action {
+            TraceAction::FreeRequested => {
+                pending.insert(e.addr, j);
+            }
+            TraceAction::FreeCompleted => {
+                if let Some(i) = pending.remove(&e.addr) {
+                    out.insert(i, j);
+                }
+            }
+            TraceAction::Alloc => {
+                pending.remove(&e.addr);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The recorded segment_alloc / segment_map events directly before the alloc at `i`: the
 /// device allocations that request caused.
 fn preceding_segment_events(events: &[RecordedEvent], i: usize) -> Vec<RecordedEvent> {
@@ -465,35 +506,63 @@ struct Runner {
     recorded_reserved: u64,
     recorded_peak: u64,
     series: Vec<SeriesPoint>,
+    /// With `keep_history`: our address of a block whose free was replayed -> the index of the
+    /// recorded `free_completed` that our `free_completed` entry for it replays.
+    completions: HashMap<u64, usize>,
 }
 
 impl Runner {
-    /// Marks the entries of an alloc step at `index`: the k-th segment entry comes from the
-    /// k-th of `recorded` (recorded segment events starting at `first`) when there is one.
+    /// Marks the entries of a step at `index` (an alloc, or a run of segment frees): the k-th
+    /// segment entry comes from the k-th of `recorded` (recorded segment events starting at
+    /// `first`) when there is one, a `free_completed` from the recorded one of its block (see
+    /// [`Self::origin_of`]).
     fn note_step_origins(&mut self, index: usize, first: usize, recorded: &[RecordedEvent]) {
         let start = self.origins.len();
         let n = self.alloc.history_len();
         let mut k = 0;
         for entry in start..n {
-            let is_segment = self
+            let (action, addr) = self
                 .alloc
                 .history_since(entry)
                 .next()
-                .is_some_and(|t| is_segment_action(t.action));
-            let origin = if is_segment && k < recorded.len() {
+                .map_or((TraceAction::Snapshot, 0), |t| (t.action, t.addr));
+            let origin = if is_segment_action(action) && k < recorded.len() {
                 k += 1;
                 first + k - 1
             } else {
-                index
+                self.origin_of(action, addr, index)
             };
             self.origins.push(origin);
         }
     }
 
-    /// Marks the history entries made since the last call as coming from event `index`.
+    /// Marks the history entries made since the last call as coming from event `index` (a
+    /// `free_completed` from the recorded one of its block, see [`Self::origin_of`]).
     fn note_origins(&mut self, index: usize) {
+        let start = self.origins.len();
         let n = self.alloc.history_len();
-        self.origins.resize(n.max(self.origins.len()), index);
+        for entry in start..n {
+            let (action, addr) = self
+                .alloc
+                .history_since(entry)
+                .next()
+                .map_or((TraceAction::Snapshot, 0), |t| (t.action, t.addr));
+            let origin = self.origin_of(action, addr, index);
+            self.origins.push(origin);
+        }
+    }
+
+    /// The recorded event behind our entry (`action` at our `addr`) of a step at `index`: for
+    /// a `free_completed`, the recorded `free_completed` of that block when the recording has
+    /// one (it may come later than its `free_requested`, with its own time and stack), else
+    /// `index`.
+    fn origin_of(&mut self, action: TraceAction, addr: u64, index: usize) -> usize {
+        if action == TraceAction::FreeCompleted {
+            if let Some(j) = self.completions.remove(&addr) {
+                return j;
+            }
+        }
+        index
     }
 
     fn sample(&mut self, index: usize, time_us: Option<u64>, series: bool) {
@@ -616,14 +685,20 @@ impl Runner {
         p.segment_decision_match += matched;
     }
 
-    fn free_step(&mut self, e: &RecordedEvent, from_empty: bool) -> Result<(), ReplayError> {
+    /// Frees the block of the recorded free `e`; returns our address of it when our allocator
+    /// freed one.
+    fn free_step(
+        &mut self,
+        e: &RecordedEvent,
+        from_empty: bool,
+    ) -> Result<Option<u64>, ReplayError> {
         let ptr = match self.live.remove(&e.addr) {
             Some((ptr, counted, _)) => {
                 self.live_bytes -= counted;
                 match ptr {
                     Some(ptr) => Some(ptr),
                     // Our replay never placed it (out of memory): nothing to free, not a skip.
-                    None => return Ok(()),
+                    None => return Ok(None),
                 }
             }
             None if !from_empty => {
@@ -633,12 +708,14 @@ impl Runner {
             }
             None => None,
         };
-        match ptr.map(|p| self.alloc.free(p)) {
-            Some(Ok(())) => {}
-            Some(Err(AllocError::InvalidPointer { .. })) | None => self.skipped += 1,
-            Some(Err(other)) => return Err(other.into()),
+        match ptr.map(|p| (p, self.alloc.free(p))) {
+            Some((p, Ok(()))) => Ok(Some(p)),
+            Some((_, Err(AllocError::InvalidPointer { .. }))) | None => {
+                self.skipped += 1;
+                Ok(None)
+            }
+            Some((_, Err(other))) => Err(other.into()),
         }
-        Ok(())
     }
 
     fn empty_cache_step(
