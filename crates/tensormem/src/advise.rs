@@ -1,16 +1,20 @@
 //! `tensormem advise`: which allocator setting makes this program fit.
 //!
-//! Replays the recorded alloc/free sequence from an empty allocator under each candidate
-//! setting ([`candidates`]: `expandable_segments`, `max_split_size_mb` over a range,
-//! `roundup_power2_divisions` uniform and per interval, `garbage_collection_threshold` with a
-//! per-process memory fraction, and combinations), at the device memory asked for (default
-//! 1 TiB: unconstrained). Then, for each candidate, finds by bisection the smallest device
-//! memory (to [`RESOLUTION`]) on which the replay completes without an out-of-memory error,
-//! with PyTorch's full retry path (free the cached blocks, retry) in force. Candidates are
-//! ranked: those that fit the device memory asked for first, then by that smallest device
-//! memory, then by peak reserved bytes and device mallocs. Replays run on every core.
+//! Replays the whole job (the blocks live when recording began, allocated first under the
+//! setting, then the recorded history; or with `history_only` the history alone) from an
+//! empty allocator under each candidate setting ([`candidates`]: `expandable_segments`,
+//! `max_split_size_mb` over a range, `roundup_power2_divisions` uniform and per interval,
+//! `garbage_collection_threshold` with a per-process memory fraction, and combinations), at
+//! the device memory asked for (default 1 TiB: unconstrained). Then, for each candidate that
+//! completes there, finds by bisection the smallest device memory (to [`RESOLUTION`]) on
+//! which a full replay completes without an out-of-memory error, with PyTorch's full retry
+//! path (free the cached blocks, retry) in force: every device memory reported was replayed
+//! in full with 0 OOMs. Candidates are ranked: those that fit the device memory asked for
+//! first, then by that smallest device memory, then by peak reserved bytes and device
+//! mallocs. Replays run on every core.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use c10_cuda::config::AllocatorConfig;
 use c10_cuda::summary::format_size;
@@ -19,8 +23,9 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::model::Snapshot;
 use crate::par;
-use crate::replay::{Outcome, ReplayOptions, replay};
+use crate::replay::{Mode, Outcome, ReplayOptions, replay};
 use crate::report::config_label;
+use crate::start_state::{StartState, start_state};
 
 /// The bisection's resolution: 2 MiB, PyTorch's large-segment rounding.
 pub const RESOLUTION: u64 = 2 << 20;
@@ -48,14 +53,9 @@ impl Candidate {
     /// # Panics
     /// Never for the built-in candidates (each is checked by a test).
     pub fn config(&self) -> AllocatorConfig {
-        let mut s = self.alloc_conf.clone();
-        if let Some(f) = self.memory_fraction {
-            if !s.is_empty() {
-                s.push(',');
-            }
-            let _ = write!(s, "per_process_memory_fraction:{f:?}");
-        }
-        s.parse().expect("the built-in candidates are valid")
+        self.config_string()
+            .parse()
+            .expect("the built-in candidates are valid")
     }
 
     /// How reports name it: the PYTORCH_CUDA_ALLOC_CONF value (`default` when empty), plus
@@ -68,23 +68,65 @@ impl Candidate {
         }
     }
 
-    /// What to paste: the environment line, and the call that sets the memory fraction.
+    /// What to paste: one shell line that sets everything (quoted for the shell where the
+    /// value needs it; the memory fraction rides in the same string, as
+    /// `per_process_memory_fraction`, which torch 2.15 reads from PYTORCH_CUDA_ALLOC_CONF), and
+    /// for a memory fraction a comment line saying what to do on older torch (which rejects
+    /// that key).
     pub fn how_to_apply(&self) -> Vec<String> {
         let mut lines = Vec::new();
-        if self.alloc_conf.is_empty() {
-            lines.push("unset PYTORCH_CUDA_ALLOC_CONF   # PyTorch's default settings".into());
-        } else {
-            lines.push(format!(
+        match self.memory_fraction {
+            None if self.alloc_conf.is_empty() => {
+                lines.push("unset PYTORCH_CUDA_ALLOC_CONF   # PyTorch's default settings".into());
+            }
+            None => lines.push(format!(
                 "export PYTORCH_CUDA_ALLOC_CONF={}",
-                self.alloc_conf
-            ));
-        }
-        if let Some(f) = self.memory_fraction {
-            lines.push(format!(
-                "torch.cuda.set_per_process_memory_fraction({f:?})   # in the program, before the first allocation"
-            ));
+                shell_quote(&self.alloc_conf)
+            )),
+            Some(f) => {
+                lines.push(format!(
+                    "export PYTORCH_CUDA_ALLOC_CONF={}   # torch 2.15 or newer",
+                    shell_quote(&self.config_string())
+                ));
+                let older = if self.alloc_conf.is_empty() {
+                    "unset PYTORCH_CUDA_ALLOC_CONF".to_string()
+                } else {
+                    format!(
+                        "export PYTORCH_CUDA_ALLOC_CONF={}",
+                        shell_quote(&self.alloc_conf)
+                    )
+                };
+                lines.push(format!(
+                    "# older torch rejects per_process_memory_fraction there: use  {older}  and call \
+                     torch.cuda.set_per_process_memory_fraction({f:?}) before the first allocation"
+                ));
+            }
         }
         lines
+    }
+
+    /// The PYTORCH_CUDA_ALLOC_CONF string with the memory fraction as
+    /// `per_process_memory_fraction` (torch 2.15's syntax).
+    pub fn config_string(&self) -> String {
+        let mut s = self.alloc_conf.clone();
+        if let Some(f) = self.memory_fraction {
+            if !s.is_empty() {
+                s.push(',');
+            }
+            let _ = write!(s, "per_process_memory_fraction:{f:?}");
+        }
+        s
+    }
+}
+
+/// `s` as one shell word: as it is when it holds only characters no shell treats specially,
+/// else in single quotes (a `'` inside written as `'\''`).
+pub fn shell_quote(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_:,.=/+-@%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 
@@ -145,6 +187,12 @@ pub struct AdviseOptions {
     pub show: usize,
     /// Which device's history (default: the longest).
     pub device: Option<usize>,
+    /// Replay the recorded history alone (`--history-only`), leaving out the blocks live when
+    /// recording began: the old behaviour, which undercounts the job's memory.
+    pub history_only: bool,
+    /// The start state of the whole job, when the caller has it (explain passes the one of the
+    /// whole recording); `None`: rebuilt from the snapshot.
+    pub start: Option<Arc<StartState>>,
 }
 
 impl Default for AdviseOptions {
@@ -153,6 +201,8 @@ impl Default for AdviseOptions {
             device_memory: None,
             show: 5,
             device: None,
+            history_only: false,
+            start: None,
         }
     }
 }
@@ -187,6 +237,10 @@ pub struct CandidateResult {
     /// `num_alloc_retries` on that smallest device memory (each retry frees the cached blocks
     /// and synchronizes the device: the price of running at the edge).
     pub retries_at_min_device_memory: Option<i64>,
+    /// A device memory on which a full replay needed no retry at all (its peak reserved bytes
+    /// rounded up to [`RESOLUTION`], or the device memory asked for), when one was replayed;
+    /// `null` when none was.
+    pub retry_free_device_memory_bytes: Option<u64>,
     /// The lines to paste.
     pub apply: Vec<String>,
 }
@@ -202,6 +256,17 @@ pub struct Advice {
     pub events: usize,
     /// The device memory fitted (`--device-memory`), or `null` when unconstrained.
     pub device_memory_bytes: Option<u64>,
+    /// What every replay covered: `whole job` (the blocks live when recording began, then the
+    /// history) or `history only` (`--history-only`).
+    pub mode: &'static str,
+    /// Blocks live when recording began that the replays allocated first (0 with
+    /// `history only`, which leaves them out).
+    pub start_blocks: usize,
+    /// Their requested bytes.
+    pub start_bytes: u64,
+    /// With `history only`: the blocks live when recording began that were left out, and
+    /// their requested bytes (`null` in whole-job mode).
+    pub left_out: Option<(usize, u64)>,
     /// Peak of live bytes (each request rounded up to 512): no setting needs less.
     pub lower_bound_bytes: u64,
     /// Replays run in all.
@@ -219,95 +284,118 @@ struct Evaluated {
     outcome: Outcome,
     /// The smallest device memory and the retries there.
     min_device: Option<(u64, i64)>,
+    /// A device memory replayed without any retry.
+    retry_free: Option<u64>,
     replays: usize,
 }
 
-/// The `num_alloc_retries` of a replay of `config` on `capacity` bytes that completes without
-/// an OOM; `None` when an allocation fails.
-fn fits(snap: &Snapshot, device: usize, config: &AllocatorConfig, capacity: u64) -> Option<i64> {
-    let opts = ReplayOptions {
-        stop_at_first_oom: true,
-        ..ReplayOptions::new(config.clone(), capacity as usize, true)
-    };
-    replay(snap, device, &opts, &mut |_, _| {})
-        .ok()
-        .filter(|o| o.failed_allocs == 0)
-        .map(|o| o.retries)
+/// What every replay of one advise run replays: the snapshot's device, whole job or history
+/// only, with the start state rebuilt once.
+struct Job<'a> {
+    snap: &'a Snapshot,
+    device: usize,
+    history_only: bool,
+    start: Option<Arc<StartState>>,
 }
 
-/// The smallest multiple of [`RESOLUTION`] in `(lo, hi]` on which `config` fits, knowing it
-/// fits on `hi` (with `hi_retries` retries) and not on `lo`; its retries there, and the
-/// replays it took.
-fn bisect(
-    snap: &Snapshot,
-    device: usize,
-    config: &AllocatorConfig,
-    mut lo: u64,
-    mut hi: u64,
-    mut hi_retries: i64,
-) -> (u64, i64, usize) {
-    let mut replays = 0;
-    while hi - lo > RESOLUTION {
-        let mid = (lo + (hi - lo) / 2).div_ceil(RESOLUTION) * RESOLUTION;
-        let mid = mid.clamp(lo + RESOLUTION, hi - RESOLUTION);
-        replays += 1;
-        match fits(snap, device, config, mid) {
-            Some(r) => {
-                hi = mid;
-                hi_retries = r;
-            }
-            None => lo = mid,
+impl Job<'_> {
+    fn options(&self, config: &AllocatorConfig, capacity: u64) -> ReplayOptions {
+        ReplayOptions {
+            history_only: self.history_only,
+            start: self.start.clone(),
+            ..ReplayOptions::new(config.clone(), capacity as usize, true)
         }
     }
-    (hi, hi_retries, replays)
-}
 
-fn evaluate(
-    snap: &Snapshot,
-    device: usize,
-    candidate: &Candidate,
-    capacity: u64,
-) -> Result<Evaluated, Error> {
-    let config = candidate.config();
-    let outcome = replay(
-        snap,
-        device,
-        &ReplayOptions::new(config.clone(), capacity as usize, true),
-        &mut |_, _| {},
-    )?;
-    let mut replays = 1;
-    let min_device = if outcome.failed_allocs > 0 {
-        None
-    } else {
-        // It fits on its peak reserved bytes rounded up (unless garbage collection, which
-        // depends on the device memory, changes that; then on the device memory asked for);
-        // nothing fits below the live bytes.
-        let mut hi = outcome.peak_reserved.div_ceil(RESOLUTION).max(1) * RESOLUTION;
-        let mut hi_retries = outcome.retries;
-        if hi < capacity {
+    /// The `num_alloc_retries` of a full replay of `config` on `capacity` bytes that completes
+    /// without an OOM; `None` when an allocation fails (the replay stops there).
+    fn fits(&self, config: &AllocatorConfig, capacity: u64) -> Option<i64> {
+        let opts = ReplayOptions {
+            stop_at_first_oom: true,
+            ..self.options(config, capacity)
+        };
+        replay(self.snap, self.device, &opts, &mut |_, _| {})
+            .ok()
+            .filter(|o| o.failed_allocs == 0)
+            .map(|o| o.retries)
+    }
+
+    /// The smallest multiple of [`RESOLUTION`] in `(lo, hi]` on which `config` fits, knowing
+    /// it fits on `hi` (with `hi_retries` retries) and not on `lo`; its retries there, and the
+    /// replays it took.
+    fn bisect(
+        &self,
+        config: &AllocatorConfig,
+        mut lo: u64,
+        mut hi: u64,
+        mut hi_retries: i64,
+    ) -> (u64, i64, usize) {
+        let mut replays = 0;
+        while hi - lo > RESOLUTION {
+            let mid = (lo + (hi - lo) / 2).div_ceil(RESOLUTION) * RESOLUTION;
+            let mid = mid.clamp(lo + RESOLUTION, hi - RESOLUTION);
             replays += 1;
-            match fits(snap, device, &config, hi) {
-                Some(r) => hi_retries = r,
-                None => hi = capacity,
+            match self.fits(config, mid) {
+                Some(r) => {
+                    hi = mid;
+                    hi_retries = r;
+                }
+                None => lo = mid,
             }
-        } else {
-            hi = capacity;
         }
-        let lo = (outcome.lower_bound / RESOLUTION * RESOLUTION).saturating_sub(RESOLUTION);
-        if lo >= hi {
-            Some((hi, hi_retries))
+        (hi, hi_retries, replays)
+    }
+
+    fn evaluate(&self, candidate: &Candidate, capacity: u64) -> Result<Evaluated, Error> {
+        let config = candidate.config();
+        let outcome = replay(
+            self.snap,
+            self.device,
+            &self.options(&config, capacity),
+            &mut |_, _| {},
+        )?;
+        let mut replays = 1;
+        let mut retry_free =
+            (outcome.failed_allocs == 0 && outcome.retries == 0).then_some(capacity);
+        let min_device = if outcome.failed_allocs > 0 {
+            None
         } else {
-            let (m, r, n) = bisect(snap, device, &config, lo, hi, hi_retries);
-            replays += n;
-            Some((m, r))
-        }
-    };
-    Ok(Evaluated {
-        candidate: candidate.clone(),
-        outcome,
-        min_device,
-        replays,
-    })
+            // It fits on its peak reserved bytes rounded up (unless garbage collection, which
+            // depends on the device memory, changes that; then on the device memory asked
+            // for); nothing fits below the live bytes.
+            let mut hi = outcome.peak_reserved.div_ceil(RESOLUTION).max(1) * RESOLUTION;
+            let mut hi_retries = outcome.retries;
+            if hi < capacity {
+                replays += 1;
+                match self.fits(&config, hi) {
+                    Some(r) => {
+                        hi_retries = r;
+                        if r == 0 {
+                            retry_free = Some(hi);
+                        }
+                    }
+                    None => hi = capacity,
+                }
+            } else {
+                hi = capacity;
+            }
+            let lo = (outcome.lower_bound / RESOLUTION * RESOLUTION).saturating_sub(RESOLUTION);
+            if lo >= hi {
+                Some((hi, hi_retries))
+            } else {
+                let (m, r, n) = self.bisect(&config, lo, hi, hi_retries);
+                replays += n;
+                Some((m, r))
+            }
+        };
+        Ok(Evaluated {
+            candidate: candidate.clone(),
+            outcome,
+            min_device,
+            retry_free,
+            replays,
+        })
+    }
 }
 
 /// Searches [`candidates`] for `device`'s history of `snap` (named `file`); see the module
@@ -325,19 +413,40 @@ pub fn advise(snap: &Snapshot, file: &str, opts: &AdviseOptions) -> Result<Advic
     let capacity = opts
         .device_memory
         .unwrap_or(crate::session::DEFAULT_DEVICE_MEMORY as u64);
+    let start = opts
+        .start
+        .clone()
+        .unwrap_or_else(|| Arc::new(start_state(snap, device, &AllocatorConfig::default())));
+    let left_out = opts
+        .history_only
+        .then(|| (start.live.len(), start.live_bytes()));
+    let job = Job {
+        snap,
+        device,
+        history_only: opts.history_only,
+        start: Some(start),
+    };
     let cands = candidates();
-    let evaluated = par::map(&cands, |c| evaluate(snap, device, c, capacity));
+    let evaluated = par::map(&cands, |c| job.evaluate(c, capacity));
     let mut evaluated = evaluated.into_iter().collect::<Result<Vec<_>, _>>()?;
     let replays = evaluated.iter().map(|e| e.replays).sum();
-    let lower_bound = evaluated.first().map_or(0, |e| e.outcome.lower_bound);
-    // Stable: among equal results the simpler candidate (listed first) stays first.
+    let first = evaluated.first().map(|e| &e.outcome);
+    let lower_bound = first.map_or(0, |o| o.lower_bound);
+    let (start_blocks, start_bytes) = if opts.history_only {
+        (0, 0)
+    } else {
+        first.map_or((0, 0), |o| (o.start_blocks, o.start_bytes))
+    };
+    // Those that complete on the device memory asked for first, by the smallest device memory
+    // they complete on, then by peak reserved bytes and device mallocs; those that do not, by
+    // their failures. Stable: among equal results the simpler candidate (listed first) stays
+    // first.
     evaluated.sort_by(|a, b| {
         let key = |e: &Evaluated| {
             (
                 e.outcome.failed_allocs > 0,
-                e.outcome.retries,
                 e.min_device.map_or(u64::MAX, |m| m.0),
-                e.min_device.map_or(i64::MAX, |m| m.1),
+                e.outcome.failed_allocs,
                 e.outcome.peak_reserved,
                 e.outcome.device_mallocs,
             )
@@ -359,6 +468,7 @@ pub fn advise(snap: &Snapshot, file: &str, opts: &AdviseOptions) -> Result<Advic
             fits: e.outcome.failed_allocs == 0,
             min_device_memory_bytes: e.min_device.map(|m| m.0),
             retries_at_min_device_memory: e.min_device.map(|m| m.1),
+            retry_free_device_memory_bytes: e.retry_free,
             apply: e.candidate.how_to_apply(),
         })
         .collect();
@@ -367,6 +477,15 @@ pub fn advise(snap: &Snapshot, file: &str, opts: &AdviseOptions) -> Result<Advic
         device,
         events: snap.traces[device].len(),
         device_memory_bytes: opts.device_memory,
+        mode: if opts.history_only {
+            Mode::HistoryOnly
+        } else {
+            Mode::WholeJob
+        }
+        .label(),
+        start_blocks,
+        start_bytes,
+        left_out,
         lower_bound_bytes: lower_bound,
         replays,
         candidates,
@@ -418,10 +537,11 @@ impl Advice {
             format_size(self.lower_bound_bytes),
             device
         );
+        let _ = writeln!(s, "  {}", self.counted());
         let _ = writeln!(
             s,
-            "  {} allocator settings replayed from empty, then the smallest device memory that runs \
-             each without OOM\n  (bisection to {}, with PyTorch's free-cache-and-retry path): {} replays",
+            "  {} allocator settings, each replayed in full from an empty allocator, then the smallest device memory\n  \
+             on which a full replay completes without OOM (bisection to {}, with PyTorch's free-cache-and-retry path): {} replays",
             self.candidates.len(),
             format_size(RESOLUTION),
             self.replays
@@ -496,21 +616,41 @@ impl Advice {
             Some(min) => {
                 let _ = writeln!(
                     s,
-                    "Best: {} -- peak reserved {}, runs without OOM on {} of device memory or more",
+                    "Best: {} -- the {} completes without OOM on {} of device memory (replayed in full there; \
+                     {} less runs out), peak reserved {}",
                     best.config,
-                    format_size(best.peak_reserved_bytes),
-                    format_size(min)
+                    self.mode,
+                    format_size(min),
+                    format_size(RESOLUTION),
+                    format_size(best.peak_reserved_bytes)
                 );
+                if let Some(r) = best.retries_at_min_device_memory.filter(|&r| r > 0) {
+                    let _ = writeln!(
+                        s,
+                        "  on {} it relies on PyTorch's free-the-cache-and-retry path: {r} retr{} (each frees every cached \
+                         block and synchronizes the device){}",
+                        format_size(min),
+                        if r == 1 { "y" } else { "ies" },
+                        best.retry_free_device_memory_bytes
+                            .map_or(String::new(), |b| format!(
+                                "; on {} it needs none",
+                                format_size(b)
+                            ))
+                    );
+                }
             }
             None => {
                 let _ = writeln!(
                     s,
-                    "No setting runs without OOM on the {device}; the smallest failure count: {} ({})",
-                    best.config, best.failed_allocs
+                    "No setting runs the {} without OOM on the {device}; the fewest failures: {} ({})",
+                    self.mode, best.config, best.failed_allocs
                 );
             }
         }
-        if let Some(d) = self.default_row().filter(|d| d.config != best.config) {
+        if let Some(d) = self
+            .default_row()
+            .filter(|d| d.config != best.config && best.min_device_memory_bytes.is_some())
+        {
             let cmp = |a: u64, b: u64| {
                 if a <= b {
                     format!("{} less", format_size(b - a))
@@ -530,8 +670,10 @@ impl Advice {
                 }
             );
         }
-        for line in &best.apply {
-            let _ = writeln!(s, "  {line}");
+        if best.min_device_memory_bytes.is_some() {
+            for line in &best.apply {
+                let _ = writeln!(s, "  {line}");
+            }
         }
         let _ = writeln!(
             s,
@@ -539,6 +681,17 @@ impl Advice {
              and other processes)"
         );
         s
+    }
+
+    /// The line saying what the replays counted: the blocks live when recording began, or,
+    /// with `history only`, that they were left out.
+    pub fn counted(&self) -> String {
+        match self.left_out {
+            None => {
+                crate::report::counted_line(Mode::WholeJob, self.start_blocks, self.start_bytes)
+            }
+            Some((n, bytes)) => crate::report::counted_line(Mode::HistoryOnly, n, bytes),
+        }
     }
 }
 
@@ -579,14 +732,58 @@ mod tests {
         assert_eq!(
             c.how_to_apply(),
             vec![
-                "export PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8".to_string(),
-                "torch.cuda.set_per_process_memory_fraction(0.999)   # in the program, before the first allocation"
+                "export PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8,per_process_memory_fraction:0.999   # torch 2.15 or newer"
+                    .to_string(),
+                "# older torch rejects per_process_memory_fraction there: use  export PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8  \
+                 and call torch.cuda.set_per_process_memory_fraction(0.999) before the first allocation"
                     .to_string()
             ]
         );
         assert_eq!(
             c.label(),
             "garbage_collection_threshold:0.8 + memory fraction 0.999"
+        );
+        // The string pasted is the one replayed, memory fraction included.
+        assert_eq!(
+            c.config().per_process_memory_fraction,
+            Some(GC_FRACTION),
+            "{}",
+            c.config_string()
+        );
+        let default = Candidate::new("");
+        assert_eq!(
+            default.how_to_apply(),
+            ["unset PYTORCH_CUDA_ALLOC_CONF   # PyTorch's default settings"]
+        );
+    }
+
+    /// Every line to paste survives a POSIX shell: run through `sh`, the variable holds
+    /// exactly the string replayed (the `>` of a per-interval rounding used to redirect).
+    #[test]
+    fn the_export_lines_are_shell_safe() {
+        for c in candidates() {
+            let line = &c.how_to_apply()[0];
+            if c.alloc_conf.is_empty() && c.memory_fraction.is_none() {
+                continue;
+            }
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("{line}\nprintf %s \"$PYTORCH_CUDA_ALLOC_CONF\""))
+                .current_dir(std::env::temp_dir())
+                .output()
+                .expect("sh runs");
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                c.config_string(),
+                "{line}"
+            );
+            assert!(out.stderr.is_empty(), "{line}");
+        }
+        assert_eq!(shell_quote("a:1,b:[2:1,>:4]"), "'a:1,b:[2:1,>:4]'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(
+            shell_quote("expandable_segments:True"),
+            "expandable_segments:True"
         );
     }
 }

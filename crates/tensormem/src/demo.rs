@@ -206,15 +206,8 @@ pub fn run(out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
         model.vocab,
         snap.traces[0].len()
     )?;
-    let rows = sweep(
-        &snap,
-        0,
-        &standard_configs(),
-        capacity,
-        false,
-        c10_cuda::Rules::default(),
-        &mut |_, _, _| {},
-    )?;
+    let base = ReplayOptions::new(Default::default(), capacity, true);
+    let rows = sweep(&snap, 0, &standard_configs(), &base, &mut |_, _, _| {})?;
     write!(out, "{}", report::sweep_table(&rows, capacity))?;
     let default = replay(
         &snap,

@@ -6,9 +6,11 @@
 //! pool, the device's free bytes), the free bytes of each segment, the largest free block per
 //! pool and stream against the request, the bytes reserved but unallocated in split segments
 //! (which no `empty_cache` can return), the call sites holding memory, and the allocator
-//! setting that would have avoided the OOM ([`crate::advise`] on the history up to the failed
-//! request, on the device memory the allocator could have had). Figures a snapshot cannot give
-//! are listed as unknown, never printed as zeros.
+//! setting that would have avoided the OOM: [`crate::advise`] on the whole job (the blocks
+//! live when recording began, then the history with each failed request as the allocation it
+//! asked for), on the device memory the allocator could have had; a setting is named only when
+//! a full replay of that job under it completes there without OOM. Figures a snapshot cannot
+//! give are listed as unknown, never printed as zeros.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -166,19 +168,32 @@ fn from_dump(snap: &Snapshot) -> Vec<Seg> {
         .collect()
 }
 
-/// The history up to the `oom` entry at `k`, with the failed request appended as an `alloc`
-/// at an address no live block uses (so advise can replay the request that failed).
-fn history_to_oom(snap: &Snapshot, device: usize, k: usize) -> Snapshot {
+/// The whole job as it would run without the failures: `device`'s history with every `oom`
+/// entry replaced by the `alloc` that failed there, each at an address no other block uses.
+/// Its free was never recorded, so the request counts as live from then on. The dump's
+/// segments stay, so the blocks live when recording began are rebuilt as for any replay.
+fn job_without_failures(snap: &Snapshot, device: usize) -> Snapshot {
     let mut s = snap.clone();
     let events = &snap.traces[device];
-    let mut cut: Vec<RecordedEvent> = events[..k].to_vec();
-    let oom = &events[k];
-    let addr = events.iter().map(|e| e.addr).max().unwrap_or(0) + (1 << 30);
-    let mut failed = RecordedEvent::new(TraceAction::Alloc, addr, oom.size, oom.stream);
-    failed.frames = oom.frames.clone();
-    failed.time_us = oom.time_us;
-    cut.push(failed);
-    s.traces[device] = cut;
+    let mut fresh = events
+        .iter()
+        .map(|e| e.addr.saturating_add(e.size))
+        .max()
+        .unwrap_or(0)
+        + (1 << 30);
+    s.traces[device] = events
+        .iter()
+        .map(|e| {
+            if e.action != TraceAction::Oom {
+                return e.clone();
+            }
+            let mut failed = RecordedEvent::new(TraceAction::Alloc, fresh, e.size, e.stream);
+            fresh += e.size.div_ceil(1 << 21).max(1) << 21;
+            failed.frames = e.frames.clone();
+            failed.time_us = e.time_us;
+            failed
+        })
+        .collect();
     s
 }
 
@@ -210,13 +225,13 @@ pub fn explain(snap: &Snapshot, file: &str, opts: &ExplainOptions) -> Result<Exp
                 pool: pool_name(e.size as usize <= SMALL_SIZE),
                 device_free: e.addr,
             };
-            let live = top_sites::live_at(snap, d, k.saturating_sub(1), outcome.start.as_ref());
+            let live = top_sites::live_at(snap, d, k.saturating_sub(1), outcome.start.as_deref());
             let sites = top_sites::top_sites(&live, opts.top, Grouping::TopFrame);
             let reserved: u64 = outcome.snapshot.segments.iter().map(|s| s.total_size).sum();
             let device_memory = reserved + e.addr;
-            let truncated = history_to_oom(snap, d, k);
+            let job = job_without_failures(snap, d);
             let advice = advise(
-                &truncated,
+                &job,
                 file,
                 &AdviseOptions {
                     device_memory: Some(device_memory),
@@ -456,15 +471,22 @@ impl Explanation {
         if let Some(a) = &self.advice {
             let _ = writeln!(
                 s,
-                "\nWhat would have avoided it (advise on the history up to the failed request, on {}: the reserved bytes plus the free bytes at the OOM)",
-                format_size(a.device_memory_bytes.unwrap_or(0))
+                "\nWhat would have avoided it (advise on {}: the reserved bytes plus the free bytes at the OOM;\n  \
+                 {}, each failed request counted live from its OOM on)",
+                a.device_memory_bytes
+                    .map_or("the device memory unconstrained".to_string(), format_size),
+                a.counted()
             );
             match a.candidates.first() {
                 Some(best) if best.fits => {
                     let _ = writeln!(
                         s,
-                        "  {} -- peak reserved {}, runs without OOM on {} or more",
+                        "  {} -- the {} completes without OOM on {} (replayed in full there), peak reserved {}; \
+                         its smallest device memory: {}",
                         best.config,
+                        a.mode,
+                        a.device_memory_bytes
+                            .map_or("the device memory unconstrained".to_string(), format_size),
                         format_size(best.peak_reserved_bytes),
                         best.min_device_memory_bytes
                             .map_or("n/a".to_string(), format_size)
@@ -473,13 +495,26 @@ impl Explanation {
                         let _ = writeln!(s, "  {line}");
                     }
                 }
-                _ => {
-                    let _ = writeln!(
-                        s,
-                        "  no allocator setting fits: the live bytes alone ({}) need more device memory",
-                        format_size(a.lower_bound_bytes)
-                    );
-                }
+                _ => match a.device_memory_bytes {
+                    Some(d) if a.lower_bound_bytes > d => {
+                        let _ = writeln!(
+                            s,
+                            "  no allocator setting fits: the live bytes alone ({}) need more device memory",
+                            format_size(a.lower_bound_bytes)
+                        );
+                    }
+                    _ => {
+                        let _ = writeln!(
+                            s,
+                            "  no allocator setting completes the {} without OOM there (the live bytes peak at {}; \
+                             the fewest failures: {}, {})",
+                            a.mode,
+                            format_size(a.lower_bound_bytes),
+                            a.candidates.first().map_or("none", |c| c.config.as_str()),
+                            a.candidates.first().map_or(0, |c| c.failed_allocs)
+                        );
+                    }
+                },
             }
         }
         if !self.unknown.is_empty() {

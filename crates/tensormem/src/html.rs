@@ -10,7 +10,7 @@ use c10_cuda::summary::format_size;
 use crate::advise::Advice;
 use crate::error::Error;
 use crate::model::Snapshot;
-use crate::replay::{Outcome, ReplayOptions, replay};
+use crate::replay::{Mode, Outcome, ReplayOptions, replay};
 use crate::report::config_label;
 use crate::session::Replayed;
 use crate::top_sites::{self, Grouping, Site};
@@ -285,7 +285,9 @@ pub fn state_after(
     let opts = ReplayOptions {
         until_event: Some(index + 1),
         rules: o.rules,
-        ..ReplayOptions::new(config, capacity, o.parity.is_none())
+        history_only: o.mode == Mode::HistoryOnly,
+        start: o.start.clone(),
+        ..ReplayOptions::new(config, capacity, o.mode != Mode::Parity)
     };
     Ok(replay(snap, device, &opts, &mut |_, _| {})?.snapshot)
 }
@@ -320,6 +322,15 @@ pub fn replay_page(snap: &Snapshot, r: &Replayed, top: usize) -> Result<String, 
             p.segment_decision_total
         ));
     }
+    if let Some(o) = std::iter::once(main)
+        .chain(&r.sweep)
+        .find(|o| o.parity.is_none())
+    {
+        page.summary.push(format!(
+            "what-if replays: {}",
+            crate::report::counted_line(o.mode, o.start_blocks, o.start_bytes)
+        ));
+    }
     page.curves = crate::plot::curves(main, &r.sweep);
     let mut rows: Vec<&Outcome> = vec![main];
     rows.extend(r.sweep.iter());
@@ -344,14 +355,11 @@ pub fn replay_page(snap: &Snapshot, r: &Replayed, top: usize) -> Result<String, 
     for (k, o) in rows.iter().enumerate() {
         t.rows.push(vec![
             config_label(&o.config).to_string(),
-            if o.parity.is_some() {
-                "parity"
-            } else if k == 0 {
-                "from empty"
+            if k == 0 || o.parity.is_some() {
+                o.mode.label().to_string()
             } else {
-                "sweep"
-            }
-            .to_string(),
+                format!("sweep ({})", o.mode.label())
+            },
             format_size(o.peak_reserved),
             format_size(o.peak_allocated),
             format_size(o.lower_bound),
@@ -365,7 +373,7 @@ pub fn replay_page(snap: &Snapshot, r: &Replayed, top: usize) -> Result<String, 
     let sites = match &r.top {
         Some(t) => (t.at_peak.clone(), t.at_end.clone()),
         None => {
-            let start = main.start.as_ref();
+            let start = main.start.as_deref();
             let at = |i| {
                 top_sites::top_sites(
                     &top_sites::live_at(snap, r.device, i, start),
@@ -429,6 +437,7 @@ pub fn advise_page(snap: &Snapshot, a: &Advice, top: usize) -> Result<String, Er
                 format_size(b)
             ))
     ));
+    page.summary.push(a.counted());
     let mut t = Table {
         title: format!("Allocator settings, best first ({} replays)", a.replays),
         columns: [
@@ -481,6 +490,7 @@ pub fn advise_page(snap: &Snapshot, a: &Advice, top: usize) -> Result<String, Er
         let config = conf.parse().map_err(|e| Error::option("--alloc-conf", e))?;
         let opts = ReplayOptions {
             series: true,
+            history_only: a.left_out.is_some(),
             ..ReplayOptions::new(config, capacity, true)
         };
         outcomes.push(replay(snap, a.device, &opts, &mut |_, _| {})?);
@@ -488,7 +498,7 @@ pub fn advise_page(snap: &Snapshot, a: &Advice, top: usize) -> Result<String, Er
     }
     page.curves = labels.iter().cloned().zip(outcomes.iter()).collect();
     if let Some(best) = outcomes.first() {
-        let live = top_sites::live_at(snap, a.device, best.peak_event_index, None);
+        let live = top_sites::live_at(snap, a.device, best.peak_event_index, best.start.as_deref());
         page.sites.push((
             format!(
                 "Top call sites at the best setting's peak ({} after event {})",

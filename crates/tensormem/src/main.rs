@@ -65,6 +65,10 @@ struct AdviseArgs {
     /// Which device's history (default: the one with the longest history).
     #[arg(long)]
     device: Option<usize>,
+    /// Replay the recorded history alone, leaving out the blocks live when recording began
+    /// (the old behaviour: its advice can undercount the job's memory, and says so).
+    #[arg(long)]
+    history_only: bool,
 }
 
 #[derive(clap::Args)]
@@ -162,12 +166,18 @@ struct ReplayArgs {
     /// Simulated device memory, e.g. 80GiB (default: 1 TiB, large enough for any recording).
     #[arg(long, value_name = "SIZE")]
     device_memory: Option<String>,
-    /// Replay only the alloc/free sequence from an empty allocator (no recorded start state).
+    /// What-if: replay the whole job from an empty allocator under our own decisions (the
+    /// blocks live when recording began are allocated first, then the history).
     #[arg(long)]
     from_empty: bool,
-    /// Also replay from empty under the standard configurations and print one table.
+    /// Also replay the whole job from empty under the standard configurations and print one
+    /// table.
     #[arg(long)]
     sweep: bool,
+    /// With --from-empty or --sweep: replay the recorded history alone, leaving out the blocks
+    /// live when recording began (undercounts the job's memory; the figures say so).
+    #[arg(long)]
+    history_only: bool,
     /// Print the report as JSON (schema in the README).
     #[arg(long)]
     json: bool,
@@ -276,6 +286,7 @@ fn run_replay(args: ReplayArgs) -> Result<String, String> {
         device_memory: args.device_memory.clone(),
         from_empty: args.from_empty,
         sweep: args.sweep,
+        history_only: args.history_only,
         device: args.device,
         top: args.top,
         full_stack: args.stack,
@@ -350,6 +361,8 @@ fn run_advise(args: &AdviseArgs) -> Result<String, String> {
         device_memory,
         show: args.show,
         device: args.device,
+        history_only: args.history_only,
+        ..advise::AdviseOptions::default()
     };
     let advice = advise::advise(&snap, &name, &opts).map_err(|e| e.to_string())?;
     if let Some(path) = &args.html {

@@ -1,7 +1,10 @@
 //! Replaying a recorded history through our allocator: parity with PyTorch's decisions (from
-//! the recorded start state) and what-if runs from an empty allocator.
+//! the recorded start state) and what-if runs from an empty allocator, of the whole job (the
+//! blocks live when recording began allocated first, under the what-if setting, then the
+//! history) or of the recorded history alone.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use c10_cuda::config::AllocatorConfig;
 use c10_cuda::device::StreamId;
@@ -22,9 +25,17 @@ pub struct ReplayOptions {
     pub config: AllocatorConfig,
     /// Simulated device memory in bytes.
     pub capacity: usize,
-    /// Replay only the alloc/free sequence from an empty allocator (what-if mode). Otherwise
-    /// rebuild the recorded start state and compare every decision (parity mode).
+    /// What-if mode: replay from an empty allocator, our decisions only. Otherwise rebuild the
+    /// recorded start state at its recorded places and compare every decision (parity mode).
     pub from_empty: bool,
+    /// With `from_empty`: replay the recorded history alone, leaving out the blocks that were
+    /// live when recording began (`--history-only`). Otherwise (the default) those blocks
+    /// ([`StartState::live`]) are allocated first, in address order, under the what-if
+    /// setting, and freed where the history frees them: the replay covers the whole job.
+    pub history_only: bool,
+    /// The start state to use instead of rebuilding it from the snapshot (advise rebuilds it
+    /// once for all its replays; explain passes the one of the whole history).
+    pub start: Option<Arc<StartState>>,
     /// Keep the (event index, allocated, reserved) series for plotting.
     pub series: bool,
     /// Keep our own memory history (for `--dump`), with the recorded event behind each entry.
@@ -52,6 +63,42 @@ impl ReplayOptions {
             until_event: None,
             stop_at_first_oom: false,
             rules: Rules::default(),
+            history_only: false,
+            start: None,
+        }
+    }
+
+    /// The mode these options replay in.
+    pub fn mode(&self) -> Mode {
+        match (self.from_empty, self.history_only) {
+            (false, _) => Mode::Parity,
+            (true, false) => Mode::WholeJob,
+            (true, true) => Mode::HistoryOnly,
+        }
+    }
+}
+
+/// What a replay covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The recorded start state at its recorded places, then the history, every decision
+    /// compared with PyTorch's.
+    Parity,
+    /// What-if, the whole job: the blocks live when recording began, allocated first under
+    /// the setting, then the history.
+    WholeJob,
+    /// What-if, the recorded history alone from an empty allocator (`--history-only`): the
+    /// blocks live before recording are left out, so the figures undercount the job.
+    HistoryOnly,
+}
+
+impl Mode {
+    /// How reports name it: `parity`, `whole job`, `history only`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Parity => "parity",
+            Mode::WholeJob => "whole job",
+            Mode::HistoryOnly => "history only",
         }
     }
 }
@@ -127,6 +174,13 @@ pub struct Outcome {
     pub config: String,
     /// The rules followed (the PyTorch version and our fixes).
     pub rules: Rules,
+    /// What the replay covered.
+    pub mode: Mode,
+    /// Blocks live when recording began: imported in parity mode, allocated first in
+    /// whole-job mode, left out (and not counted anywhere else) in history-only mode.
+    pub start_blocks: usize,
+    /// Their requested bytes.
+    pub start_bytes: u64,
     /// Parity figures (parity mode only).
     pub parity: Option<Parity>,
     /// Recorded events processed.
@@ -164,8 +218,8 @@ pub struct Outcome {
     pub stats_at_peak: DeviceStats,
     /// Statistics at the end.
     pub stats_end: DeviceStats,
-    /// The start state rebuilt (parity mode).
-    pub start: Option<StartState>,
+    /// The start state rebuilt (parity and whole-job modes).
+    pub start: Option<Arc<StartState>>,
     /// The memory curve (when asked for).
     pub series: Vec<SeriesPoint>,
     /// Our snapshot at the end, with our history when kept.
@@ -177,6 +231,9 @@ pub struct Outcome {
     /// recorded `alloc` event it replays.
     pub live_origins: HashMap<u64, usize>,
 }
+
+/// The `alloc` event index that marks a block live before the history began.
+const BEFORE_HISTORY: usize = usize::MAX;
 
 /// Bytes rounded up to 512 (the lower-bound unit).
 fn round512(n: u64) -> u64 {
@@ -266,8 +323,15 @@ pub fn replay(
         completions: HashMap::new(),
     };
     let mut start = None;
+    let mut start_blocks = 0;
+    let mut start_bytes = 0;
+    let rebuild = || {
+        opts.start
+            .clone()
+            .unwrap_or_else(|| Arc::new(start_state(snapshot, device, &opts.config)))
+    };
     if !opts.from_empty {
-        let st = start_state(snapshot, device, &opts.config);
+        let st = rebuild();
         let needed: u64 = st.segments.iter().map(|s| s.size).sum();
         if needed > opts.capacity as u64 {
             return Err(ReplayError::StartStateTooLarge {
@@ -296,6 +360,8 @@ pub fn replay(
             for b in &seg.blocks {
                 if b.allocated {
                     r.live_bytes += round512(b.requested as u64);
+                    start_blocks += 1;
+                    start_bytes += b.requested as u64;
                 }
                 cursor += b.size as u64;
             }
@@ -303,6 +369,19 @@ pub fn replay(
         }
         r.recorded_peak = r.recorded_reserved;
         start = Some(st);
+    } else if !opts.history_only {
+        let st = rebuild();
+        for b in &st.live {
+            r.start_step(b)?;
+        }
+        start_blocks = st.live.len();
+        start_bytes = st.live_bytes();
+        start = Some(st);
+    } else {
+        // History only: the blocks are left out, but reports say how many.
+        let st = rebuild();
+        start_blocks = st.live.len();
+        start_bytes = st.live_bytes();
     }
     if !opts.from_empty || opts.keep_history {
         r.alloc
@@ -407,6 +486,7 @@ pub fn replay(
     let live_origins = if opts.keep_history {
         r.live
             .values()
+            .filter(|&&(_, _, event)| event != BEFORE_HISTORY)
             .filter_map(|&(ptr, _, event)| Some((ptr?, event)))
             .collect()
     } else {
@@ -415,6 +495,9 @@ pub fn replay(
     Ok(Outcome {
         config: opts.config.to_string(),
         rules: opts.rules,
+        mode: opts.mode(),
+        start_blocks,
+        start_bytes,
         parity: r.parity,
         events: total,
         allocs,
@@ -600,6 +683,24 @@ impl Runner {
                 });
             }
         }
+    }
+
+    /// Allocates a block live when recording began (whole-job mode), under our setting; it is
+    /// live in the recording whether or not our replay can place it.
+    fn start_step(&mut self, b: &crate::start_state::StartBlock) -> Result<(), ReplayError> {
+        let bytes = b.request_bytes();
+        let ptr = match self.alloc.malloc(bytes as usize, StreamId(b.stream)) {
+            Ok(a) => Some(a.ptr),
+            Err(AllocError::OutOfMemory(_)) => {
+                self.out_failed += 1;
+                None
+            }
+            Err(other) => return Err(other.into()),
+        };
+        let counted = round512(bytes);
+        self.live_bytes += counted;
+        self.live.insert(b.address, (ptr, counted, BEFORE_HISTORY));
+        Ok(())
     }
 
     fn alloc_step(

@@ -8,7 +8,7 @@ use c10_cuda::summary::{format_size, memory_summary};
 use serde::Serialize;
 
 use crate::model::Snapshot;
-use crate::replay::{Outcome, Parity};
+use crate::replay::{Mode, Outcome, Parity};
 use crate::session::VersionScore;
 use crate::top_sites::Site;
 
@@ -60,8 +60,8 @@ pub fn describe_file(name: &str, snap: &Snapshot, device: Option<usize>) -> Stri
     s
 }
 
-/// The parity section.
-pub fn parity_text(o: &Outcome) -> String {
+/// The parity section of a replay on `capacity` bytes of simulated device memory.
+pub fn parity_text(o: &Outcome, capacity: usize) -> String {
     let mut s = String::new();
     let Some(p) = &o.parity else { return s };
     let _ = writeln!(
@@ -70,6 +70,27 @@ pub fn parity_text(o: &Outcome) -> String {
         o.rules.version,
         config_label(&o.config)
     );
+    if o.failed_allocs > 0 {
+        let _ = writeln!(
+            s,
+            "  out of memory in our replay:      {} OOMs on {} of device memory ({} allocations failed, {} retries; \
+             the recording reserved up to {}): the decisions below diverge from it",
+            o.ooms,
+            format_size(capacity as u64),
+            o.failed_allocs,
+            o.retries,
+            o.recorded_peak_reserved.map_or("n/a".into(), format_size)
+        );
+    } else if o.retries > 0 {
+        let _ = writeln!(
+            s,
+            "  device memory too small:          {} free-the-cache-and-retry calls on {} of device memory \
+             (the recording reserved up to {}): the decisions below diverge from it",
+            o.retries,
+            format_size(capacity as u64),
+            o.recorded_peak_reserved.map_or("n/a".into(), format_size)
+        );
+    }
     if let Some(st) = &o.start {
         let _ = writeln!(
             s,
@@ -128,14 +149,47 @@ pub fn parity_text(o: &Outcome) -> String {
     s
 }
 
+/// The line saying what a what-if replay counted: in whole-job mode the blocks live when
+/// recording began (`blocks` of `bytes` requested bytes), allocated first; in history-only
+/// mode that they were left out.
+pub fn counted_line(mode: Mode, blocks: usize, bytes: u64) -> String {
+    if blocks == 0 {
+        return "whole job: nothing was live when recording began (the history starts from an empty allocator)"
+            .to_string();
+    }
+    match mode {
+        Mode::HistoryOnly => format!(
+            "history only (--history-only): the {blocks} blocks ({}) live when recording began are left out, \
+             so every figure undercounts the job",
+            format_size(bytes)
+        ),
+        Mode::WholeJob => format!(
+            "whole job: the {blocks} blocks ({}) live when recording began are allocated first under each setting, \
+             then the history",
+            format_size(bytes)
+        ),
+        Mode::Parity => format!(
+            "whole job: the {blocks} blocks ({}) live when recording began at their recorded places, then the history",
+            format_size(bytes)
+        ),
+    }
+}
+
 /// The what-if table, one row per configuration.
 pub fn sweep_table(rows: &[Outcome], capacity: usize) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\nWhat-if: the alloc/free sequence from an empty allocator, device memory {}",
+        "\nWhat-if from an empty allocator, device memory {}",
         format_size(capacity as u64)
     );
+    if let Some(o) = rows.first() {
+        let _ = writeln!(
+            s,
+            "  {}",
+            counted_line(o.mode, o.start_blocks, o.start_bytes)
+        );
+    }
     let _ = writeln!(
         s,
         "  {:<28} {:>13} {:>14} {:>12} {:>7} {:>8} {:>8} {:>5}",

@@ -27,10 +27,14 @@ pub struct ReplayRequest {
     pub alloc_conf: Option<String>,
     /// `--device-memory`: simulated device memory, e.g. `80GiB` (default 1 TiB).
     pub device_memory: Option<String>,
-    /// `--from-empty`: what-if replay of the alloc/free sequence only.
+    /// `--from-empty`: a what-if replay from an empty allocator (of the whole job: the blocks
+    /// live when recording began first, then the history; see `history_only`).
     pub from_empty: bool,
     /// `--sweep`: also replay the standard configurations from empty.
     pub sweep: bool,
+    /// `--history-only`: the what-if replays (`--from-empty`, `--sweep`) replay the recorded
+    /// history alone, without the blocks live when recording began.
+    pub history_only: bool,
     /// `--device`: which device's history (default: the longest).
     pub device: Option<usize>,
     /// `--top N`: the N call sites holding the most bytes.
@@ -214,6 +218,12 @@ pub fn run(
     if req.top == Some(0) {
         return Err(Error::option("--top", "expected at least 1 call site"));
     }
+    if req.history_only && !req.from_empty && !req.sweep {
+        return Err(Error::option(
+            "--history-only",
+            "applies to what-if replays: add --from-empty or --sweep",
+        ));
+    }
     let grouping = if req.full_stack {
         Grouping::FullStack
     } else {
@@ -249,6 +259,7 @@ pub fn run(
     let opts = ReplayOptions {
         series: req.series,
         keep_history: req.keep_history,
+        history_only: req.history_only,
         ..ReplayOptions::new(config.clone(), capacity, req.from_empty)
     };
     let (main, by_version) = match (req.from_empty, given) {
@@ -289,23 +300,23 @@ pub fn run(
     let sweep_rows = if req.sweep {
         let configs = sweep::standard_configs();
         let n = configs.len();
-        sweep::sweep(
-            snap,
-            device,
-            &configs,
-            capacity,
-            req.series,
-            Rules::new(torch),
-            &mut |k, d, t| progress("sweep", k * t + d, n * t),
-        )?
+        let base = ReplayOptions {
+            series: req.series,
+            rules: Rules::new(torch),
+            history_only: req.history_only,
+            start: main.start.clone(),
+            ..ReplayOptions::new(config.clone(), capacity, true)
+        };
+        sweep::sweep(snap, device, &configs, &base, &mut |k, d, t| {
+            progress("sweep", k * t + d, n * t)
+        })?
     } else {
         Vec::new()
     };
     let top = req.top.map(|n| {
-        let start = main.start.as_ref();
         let at = |o: &Outcome, index: usize| {
             top_sites::top_sites(
-                &top_sites::live_at(snap, device, index, start.filter(|_| o.parity.is_some())),
+                &top_sites::live_at(snap, device, index, o.start.as_deref()),
                 n,
                 grouping,
             )
@@ -394,7 +405,7 @@ impl ReplayReport {
                 let main = &r.main;
                 out.push_str(&report::describe_file(&r.file, snap, Some(r.device)));
                 if main.parity.is_some() {
-                    out.push_str(&report::parity_text(main));
+                    out.push_str(&report::parity_text(main, r.capacity));
                     out.push_str(&report::version_text(r.torch, r.by_version.as_deref()));
                 } else if r.sweep.is_empty() {
                     out.push_str(&report::sweep_table(std::slice::from_ref(main), r.capacity));

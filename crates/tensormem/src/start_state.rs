@@ -5,6 +5,10 @@
 //! trace frees without having created them; its live blocks are those the trace frees before
 //! ever allocating them, plus the dump's allocated blocks the trace never touches. Everything
 //! else inside a start segment was free (and, by the merge rule, one free block per gap).
+//!
+//! Parity replays import the segments at their recorded places; what-if replays of the whole
+//! job allocate [`StartState::live`] first, under the what-if setting, then replay the history
+//! (see [`crate::replay::ReplayOptions::history_only`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -31,11 +35,38 @@ pub struct StartSegment {
     pub blocks: Vec<ImportBlock>,
 }
 
+/// A block live when recording began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StartBlock {
+    /// Its recorded address.
+    pub address: u64,
+    /// Bytes requested (the dump's `requested_size`, or the size on the `free_requested` that
+    /// frees it; 0 when neither is known).
+    pub requested: u64,
+    /// The block's size in the dump, when the dump holds it.
+    pub size: Option<u64>,
+    /// The stream it was allocated on.
+    pub stream: u64,
+}
+
+impl StartBlock {
+    /// The bytes to request when allocating it again: the requested size, else the block's.
+    pub fn request_bytes(&self) -> u64 {
+        if self.requested > 0 {
+            self.requested
+        } else {
+            self.size.unwrap_or(0)
+        }
+    }
+}
+
 /// The start state and what could not be placed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StartState {
     /// Segments, sorted by address.
     pub segments: Vec<StartSegment>,
+    /// Every block live when recording began (placed in a segment or not), by address.
+    pub live: Vec<StartBlock>,
     /// Live blocks at the start (freed by the trace before being allocated, or never touched).
     pub live_blocks: usize,
     /// Addresses freed before being allocated that lie in no known segment (skipped).
@@ -46,6 +77,14 @@ pub struct StartState {
 struct Live {
     size: Option<u64>,
     requested: u64,
+    stream: u64,
+}
+
+impl StartState {
+    /// Bytes requested by the blocks live at the start ([`StartBlock::request_bytes`]).
+    pub fn live_bytes(&self) -> u64 {
+        self.live.iter().map(StartBlock::request_bytes).sum()
+    }
 }
 
 /// Rebuilds the start state of `device`'s trace from `snapshot` (see the module docs).
@@ -54,7 +93,7 @@ pub fn start_state(snapshot: &Snapshot, device: usize, config: &AllocatorConfig)
     let events: &Vec<RecordedEvent> = snapshot.traces.get(device).unwrap_or(&empty);
     let mut alive_in_trace: HashSet<u64> = HashSet::new();
     let mut segments: BTreeMap<u64, (u64, bool, u64)> = BTreeMap::new();
-    let mut first_touch: HashMap<u64, (TraceAction, u64)> = HashMap::new();
+    let mut first_touch: HashMap<u64, (TraceAction, u64, u64)> = HashMap::new();
     for e in events {
         match e.action {
             TraceAction::SegmentAlloc => {
@@ -64,19 +103,22 @@ pub fn start_state(snapshot: &Snapshot, device: usize, config: &AllocatorConfig)
                 segments.insert(e.addr, (e.size, e.size == SMALL_BUFFER as u64, e.stream));
             }
             TraceAction::Alloc | TraceAction::FreeRequested => {
-                first_touch.entry(e.addr).or_insert((e.action, e.size));
+                first_touch
+                    .entry(e.addr)
+                    .or_insert((e.action, e.size, e.stream));
             }
             _ => {}
         }
     }
     let mut live: BTreeMap<u64, Live> = BTreeMap::new();
-    for (&addr, &(action, size)) in &first_touch {
+    for (&addr, &(action, size, stream)) in &first_touch {
         if action == TraceAction::FreeRequested {
             live.insert(
                 addr,
                 Live {
                     size: None,
                     requested: size,
+                    stream,
                 },
             );
         }
@@ -101,6 +143,7 @@ pub fn start_state(snapshot: &Snapshot, device: usize, config: &AllocatorConfig)
                     Live {
                         size: Some(b.size),
                         requested: b.requested_size,
+                        stream: s.stream,
                     },
                 );
             }
@@ -165,5 +208,14 @@ pub fn start_state(snapshot: &Snapshot, device: usize, config: &AllocatorConfig)
     }
     out.live_blocks = placed;
     out.unplaced = live.len() - placed;
+    out.live = live
+        .iter()
+        .map(|(&address, l)| StartBlock {
+            address,
+            requested: l.requested,
+            size: l.size,
+            stream: l.stream,
+        })
+        .collect();
     out
 }

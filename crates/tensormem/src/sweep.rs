@@ -1,11 +1,13 @@
-//! What-if sweeps: the same alloc/free sequence from an empty allocator under several
-//! configurations.
+//! What-if sweeps: the same job from an empty allocator under several configurations (the
+//! whole job by default, or the recorded history alone).
 
-use c10_cuda::Rules;
+use std::sync::Arc;
+
 use c10_cuda::config::AllocatorConfig;
 
 use crate::model::Snapshot;
 use crate::replay::{Outcome, ReplayError, ReplayOptions, replay};
+use crate::start_state::start_state;
 
 /// The standard configurations a sweep compares: PyTorch's default and the three knobs users
 /// reach for against fragmentation.
@@ -16,8 +18,11 @@ pub const STANDARD_CONFIGS: [&str; 4] = [
     "expandable_segments:True",
 ];
 
-/// Replays `device`'s alloc/free sequence from empty under each configuration in `configs`,
-/// following `rules`. `progress(config index, done, total)` reports progress.
+/// Replays `device`'s job from empty under each configuration in `configs`, with `base`'s
+/// device memory, series, rules and mode: the whole job (the blocks live when recording began
+/// allocated first, then the history), or with `base.history_only` the recorded history
+/// alone. The start state is rebuilt once for all configurations unless `base` carries one.
+/// `progress(config index, done, total)` reports progress.
 ///
 /// # Errors
 /// The first [`ReplayError`].
@@ -25,19 +30,23 @@ pub fn sweep(
     snapshot: &Snapshot,
     device: usize,
     configs: &[AllocatorConfig],
-    capacity: usize,
-    series: bool,
-    rules: Rules,
+    base: &ReplayOptions,
     progress: &mut dyn FnMut(usize, usize, usize),
 ) -> Result<Vec<Outcome>, ReplayError> {
+    let start = Some(
+        base.start
+            .clone()
+            .unwrap_or_else(|| Arc::new(start_state(snapshot, device, &base.config))),
+    );
     configs
         .iter()
         .enumerate()
         .map(|(k, config)| {
             let opts = ReplayOptions {
-                series,
-                rules,
-                ..ReplayOptions::new(config.clone(), capacity, true)
+                config: config.clone(),
+                from_empty: true,
+                start: start.clone(),
+                ..base.clone()
             };
             replay(snapshot, device, &opts, &mut |d, t| progress(k, d, t))
         })

@@ -123,7 +123,8 @@ pub struct LiveAlloc {
 }
 
 /// The allocations live in `device`'s recording just after event `index` (inclusive). With a
-/// `start` state (parity replays), the blocks live before the history began count too; their
+/// `start` state (parity and whole-job replays), the blocks live before the history began
+/// count too (every one, placed in a recorded segment or not); their
 /// stack is the one recorded on their dump block or on the `free_requested` that frees them.
 pub fn live_at(
     snapshot: &Snapshot,
@@ -155,21 +156,14 @@ pub fn live_at(
                 }
             }
         }
-        for seg in &st.segments {
-            let mut addr = seg.address;
-            for b in &seg.blocks {
-                if b.allocated {
-                    let bytes = if b.requested > 0 { b.requested } else { b.size } as u64;
-                    live.insert(
-                        addr,
-                        LiveAlloc {
-                            bytes,
-                            frames: stacks.get(&addr).cloned(),
-                        },
-                    );
-                }
-                addr += b.size as u64;
-            }
+        for b in &st.live {
+            live.insert(
+                b.address,
+                LiveAlloc {
+                    bytes: b.request_bytes(),
+                    frames: stacks.get(&b.address).cloned(),
+                },
+            );
         }
     }
     for e in events.iter().take(index.saturating_add(1)) {

@@ -906,16 +906,9 @@ fn demo_sweep_invariants_in_bytes() {
     use tensormem::demo::{DemoModel, workload};
     use tensormem::sweep::{standard_configs, sweep};
     let snap = workload(&DemoModel::default());
-    let rows = sweep(
-        &snap,
-        0,
-        &standard_configs(),
-        24 << 30,
-        false,
-        c10_cuda::Rules::default(),
-        &mut |_, _, _| {},
-    )
-    .expect("the demo sweep runs");
+    let base = tensormem::replay::ReplayOptions::new(Default::default(), 24 << 30, true);
+    let rows = sweep(&snap, 0, &standard_configs(), &base, &mut |_, _, _| {})
+        .expect("the demo sweep runs");
     assert_eq!(rows.len(), 4);
     let lower = rows[0].lower_bound;
     for o in &rows {
