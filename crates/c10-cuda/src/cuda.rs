@@ -21,7 +21,10 @@ use parking_lot::Mutex;
 
 use crate::device::{DeviceError, DeviceMemory, DevicePtr, EventId, MemInfo, StreamId};
 
+mod interop;
 mod ipc;
+
+pub use interop::{BufferView, BufferViewMut};
 
 /// What [`probe`] found: whether a CUDA driver and at least one device are usable.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -451,6 +454,29 @@ impl CudaDevice {
                 what: "stream",
                 value: stream.0,
             })
+    }
+
+    /// Makes a cudarc stream of this device's context known to it, so that blocks can be
+    /// allocated for it and recorded on it ([`crate::CachingAllocator::record_stream`]), and
+    /// returns its id (the raw `CUstream`). The device keeps the `Arc` until
+    /// [`CudaDevice::destroy_stream`] (or its own drop), so the id stays valid meanwhile.
+    /// Registering a stream twice, or the legacy default stream, returns the same id.
+    ///
+    /// # Errors
+    /// [`DeviceError::Invalid`] when the stream belongs to another context (another device).
+    pub fn register_stream(&self, stream: &Arc<CudaStream>) -> Result<StreamId, DeviceError> {
+        if stream.context().cu_ctx() != self.ctx.cu_ctx() {
+            return Err(DeviceError::Invalid {
+                what: "stream (it belongs to another CUDA context)",
+                value: handle_id(stream.cu_stream()),
+            });
+        }
+        let id = StreamId(handle_id(stream.cu_stream()));
+        self.streams
+            .lock()
+            .entry(id.0)
+            .or_insert_with(|| Arc::clone(stream));
+        Ok(id)
     }
 
     /// Lets [`DeviceMemory::record_event`] record on any raw `CUstream` handle (a [`StreamId`]

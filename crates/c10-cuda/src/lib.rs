@@ -50,6 +50,7 @@
 mod address_space;
 pub mod allocator;
 mod block;
+pub mod buffer;
 pub mod call_site;
 pub mod capped;
 pub mod config;
@@ -89,6 +90,7 @@ pub mod summary;
 pub mod try_malloc;
 
 pub use allocator::{Allocation, CacheInfo, DeviceCachingAllocator};
+pub use buffer::DeviceBuffer;
 pub use capped::CappedDevice;
 pub use error::{Error, Result};
 pub use front::{CachingAllocator, DeviceAllocator, FreeMemoryCallback};
