@@ -5,6 +5,7 @@
 //! workspace root. A failing step stops the task and is named on stderr, so a CI log says
 //! exactly what broke. See CONTRIBUTING.md for when to run which task.
 
+mod gpu_bundle;
 mod steps;
 mod tasks;
 
@@ -21,6 +22,9 @@ tasks:
   gpu-test    probe for a CUDA driver and device, then run the GPU-only tests and
               (where a CUDA build of torch exists) PyTorch on libtensormem_alloc.so;
               fails (non-zero) when no driver or no device is found
+  gpu-bundle  build (release, here) every GPU test binary, the CUDA probe, the GPU bench and
+              libtensormem_alloc.so into target/gpu-bundle/ (at most 48 MiB) with a run.sh
+              that needs no cargo: for a machine with a GPU and no Rust toolchain
   valgrind    run the unsafe-heavy crates' tests under valgrind memcheck
   bench [F]   run the criterion benchmarks (optionally only those matching F), the
               allocator's with its cubecl peer and its side-by-side table
@@ -56,6 +60,7 @@ fn main() -> ExitCode {
         "ci" => tasks::ci(),
         "python" => tasks::python(),
         "gpu-test" => tasks::gpu_test(),
+        "gpu-bundle" => gpu_bundle::gpu_bundle(),
         "valgrind" => tasks::valgrind(),
         "bench" if rest.first().map(String::as_str) == Some("engine") => {
             tasks::bench_engine(&rest[1..])

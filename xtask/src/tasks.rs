@@ -81,7 +81,7 @@ pub fn ci() -> TaskResult {
 }
 
 /// `target/` (or `$CARGO_TARGET_DIR`).
-fn target_dir() -> std::path::PathBuf {
+pub(crate) fn target_dir() -> std::path::PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => std::path::PathBuf::from(dir),
         None => root().join("target"),
@@ -185,14 +185,18 @@ pub fn gpu_test() -> TaskResult {
     ]);
     run("probe", probe)?;
 
-    for (krate, targets) in [
-        ("c10-cuda", &["gpu", "gpu_ipc", "gpu_pinned"][..]),
-        ("aten", &["gpu", "gpu_pinned_ipc"][..]),
-    ] {
+    // The same scan as the GPU bundle's: every tests/*.rs marked `#![cfg(feature = "gpu-tests")]`.
+    let targets = crate::gpu_bundle::gpu_test_targets(&root()).map_err(|reason| Failure {
+        step: "gpu-tests: scan".into(),
+        reason,
+    })?;
+    let mut crates: Vec<&str> = targets.iter().map(|t| t.krate.as_str()).collect();
+    crates.dedup();
+    for krate in crates {
         let mut tests = cargo();
         tests.args(["test", "-p", krate, "--features", "gpu-tests"]);
-        for target in targets {
-            tests.args(["--test", target]);
+        for t in targets.iter().filter(|t| t.krate == krate) {
+            tests.args(["--test", &t.target]);
         }
         tests.args(["--", "--test-threads=1"]);
         run(&format!("gpu-tests {krate}"), tests)?;
