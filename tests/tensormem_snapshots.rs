@@ -199,48 +199,58 @@ fn every_shared_snapshot_is_covered() {
 }
 
 /// `--sweep --from-empty` on the 2.7B train step: PyTorch's rules give these peaks (GiB = 2^30,
-/// two decimals) over a 38.35 GiB lower bound.
-#[test]
-fn trainstep_sweep_from_empty_peaks() {
+/// two decimals) for the whole job (324 blocks, 12.69 GiB, live from before recording) over a
+/// 51.04 GiB lower bound, and for the history alone (`--history-only`) over 38.35 GiB.
+#[rstest]
+#[case::whole_job(false, ["56.91", "57.07", "62.75", "51.70"], "51.04")]
+#[case::history_only(true, ["44.10", "44.25", "48.53", "39.00"], "38.35")]
+fn trainstep_sweep_from_empty_peaks(
+    #[case] history_only: bool,
+    #[case] peaks: [&str; 4],
+    #[case] lower: &str,
+) {
     let Some(path) = snapshot_path("lm2.7b_ctx128_trainstep_fp32.pickle") else {
         return;
     };
     let snap = load_path(&path).expect("the snapshot loads");
     let device = snap.main_device().expect("history");
-    let expected = [
-        ("", "44.10"),
-        ("max_split_size_mb:128", "44.25"),
-        ("roundup_power2_divisions:4", "48.53"),
-        // Not in the list, but stated in the README.
-        ("expandable_segments:True", "39.00"),
+    let names = [
+        "",
+        "max_split_size_mb:128",
+        "roundup_power2_divisions:4",
+        "expandable_segments:True",
     ];
-    let configs: Vec<AllocatorConfig> = expected
+    let configs: Vec<AllocatorConfig> = names
         .iter()
-        .map(|(c, _)| c.parse().expect("valid config"))
+        .map(|c| c.parse().expect("valid config"))
         .collect();
-    let rows = sweep::sweep(
-        &snap,
-        device,
-        &configs,
-        1 << 40,
-        false,
-        c10_cuda::Rules::default(),
-        &mut |_, _, _| {},
-    )
-    .expect("the sweep runs");
+    let base = ReplayOptions {
+        history_only,
+        ..ReplayOptions::new(AllocatorConfig::default(), 1 << 40, true)
+    };
+    let rows =
+        sweep::sweep(&snap, device, &configs, &base, &mut |_, _, _| {}).expect("the sweep runs");
     let gib = |b: u64| format!("{:.2}", b as f64 / GIB);
-    let got: Vec<(&str, String)> = expected
+    let got: Vec<(&str, String)> = names
         .iter()
         .zip(&rows)
-        .map(|(&(c, _), o)| (c, gib(o.peak_reserved)))
+        .map(|(&c, o)| (c, gib(o.peak_reserved)))
         .collect();
-    let want: Vec<(&str, String)> = expected.iter().map(|&(c, v)| (c, v.into())).collect();
+    let want: Vec<(&str, String)> = names
+        .iter()
+        .zip(peaks)
+        .map(|(&c, v)| (c, v.into()))
+        .collect();
     assert_eq!(got, want, "peak reserved GiB per config");
     for o in &rows {
-        assert_eq!(gib(o.lower_bound), "38.35", "lower bound ({})", o.config);
+        assert_eq!(gib(o.lower_bound), lower, "lower bound ({})", o.config);
         assert!(o.peak_reserved >= o.lower_bound);
         assert_eq!((o.ooms, o.failed_allocs), (0, 0));
         assert_eq!(o.parity, None);
+        assert_eq!(
+            (o.start_blocks, gib(o.start_bytes).as_str()),
+            (324, "12.69")
+        );
     }
 }
 
