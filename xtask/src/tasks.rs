@@ -117,7 +117,9 @@ fn data_test_report(skip_log: &std::path::Path) -> String {
 /// The Python module's step: a fresh venv in `target/py-venv`, `pip install
 /// ./crates/tensormem-py pytest` (PyPI; maturin builds the extension once, in release mode,
 /// into `target/`), then its pytest suite. Without `python3` (or its `venv` module) the step
-/// is skipped with a message, and fails under `CI=true`.
+/// is skipped with a message, and fails under `CI=true`. When that Python has torch, the venv
+/// sees its packages (`--system-site-packages`) and `tensormem.record`'s tests run; without
+/// torch they are skipped (listed by pytest's `-ra`).
 pub fn python() -> TaskResult {
     let step = "python";
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
@@ -145,10 +147,32 @@ pub fn python() -> TaskResult {
         "\n==> [{step}] the tensormem Python module: a fresh venv, `pip install ./crates/tensormem-py` \
          (maturin builds the extension in release mode), then pytest"
     );
+    // `tensormem.record`'s tests need torch: when this Python has it, the venv sees it
+    // (`--system-site-packages`); otherwise they are skipped and pytest -ra says so.
+    let torch = std::process::Command::new(&python)
+        .args(["-c", "import torch; print(torch.__version__)"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match &torch {
+        Some(v) => {
+            eprintln!("    torch {v} found for `{python}`: the recorder's tests run with it")
+        }
+        None => eprintln!(
+            "    torch is not installed for `{python}`: tensormem.record's tests are SKIPPED \
+             (pytest -ra lists them)"
+        ),
+    }
     let venv = target_dir().join("py-venv");
     let _ = std::fs::remove_dir_all(&venv);
     let mut mk = Command::new(&python);
-    mk.current_dir(root()).arg("-m").arg("venv").arg(&venv);
+    mk.current_dir(root()).arg("-m").arg("venv");
+    if torch.is_some() {
+        mk.arg("--system-site-packages");
+    }
+    mk.arg(&venv);
     run("python: venv", mk)?;
     let bin = venv.join("bin");
     let mut pip = Command::new(bin.join("python"));

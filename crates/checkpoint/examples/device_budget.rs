@@ -1,18 +1,22 @@
-//! The device-memory budget report (issue 11): per shared DTR log, h_DTR^eq,
-//! - today: the counting budget on the simulated allocator (`--with-allocator`): the least
-//!   device memory (reserved peak / no-eviction peak) of a run completing with overhead <= 1.5;
-//! - the allocator-blind ideal (simrd): the smallest budget ratio completing with overhead
-//!   <= 1.5;
-//! - per layout (allocator settings, Coop's partition, in-place updates) and strategy, with
-//!   every budget a device's capacity: the smallest ratio (0.05 steps) completing with
-//!   overhead <= 1.5, the worst overhead against the blind run at ratios >= 0.5, the overheads
-//!   at 0.5, 0.6, ..., 1.0, and against `callback` on the same layout: ratios where each is
-//!   lower, and the mean overhead over the ratios where both complete.
+//! The device-memory budget report (issues 11 and 28), h_DTR^eq, on the five shared DTR logs
+//! and the recorded corpus (`corpus/*.log.gz`), each log in the fit or the report half
+//! (`corpus/README.md`; constants are fitted on the fit half only):
+//! - the summary (default allocator): per log, the smallest ratio (0.05 steps) completing with
+//!   overhead <= 1.5 for the allocator-blind run (simrd), `callback`, `window` and the other
+//!   strategies asked; `window`'s distance to the blind run, its worst overhead against the
+//!   blind run at ratios >= 0.5, and whether it is monotone (no failure above a completed ratio
+//!   but one 0.05 step of noise); then the misses per half;
+//! - with `LAYOUTS=...` also the detailed tables per layout (allocator settings, Coop's
+//!   partition, in-place updates) and strategy: the smallest ratio, the worst overhead against
+//!   the blind run at ratios >= 0.5, the overheads at 0.5, 0.6, ..., 1.0, and against
+//!   `callback` on the same layout.
 //!
-//! Run: `cargo run --release -p checkpoint --example device_budget [LOG-PREFIX ...]`;
-//! `STRATEGIES=window,callback` and `LAYOUTS=default,expandable` narrow it down.
+//! Run: `cargo run --release -p checkpoint --example device_budget [LOG ...]` (a log is a
+//! shared-log prefix such as `unet`, or a corpus stem such as `resnet50-32`; default all);
+//! `STRATEGIES=window,callback` narrows the strategies, `LAYOUTS=default,expandable` asks for
+//! the detailed tables (`LAYOUTS=all`: every layout).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use c10_cuda::config::AllocatorConfig;
@@ -38,7 +42,21 @@ const LAYOUTS: [(&str, &str, bool, bool); 6] = [
     ),
 ];
 
-fn load(dir: &std::path::Path, prefix: &str) -> Option<log::Log> {
+/// The shared logs (all in the fit half).
+const SHARED: [&str; 5] = ["unet", "tv_densenet121", "lstm", "transformer", "resnet32"];
+
+/// The corpus logs of the fit half (`corpus/README.md`); the others are the report half.
+const FIT: [&str; 7] = [
+    "resnet50-32",
+    "resnet50-64",
+    "densenet201-32",
+    "mobilenet_v3_large-64",
+    "vit_b_16-32",
+    "unet-8",
+    "gpt-4",
+];
+
+fn shared_log(dir: &Path, prefix: &str) -> Option<PathBuf> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -49,155 +67,301 @@ fn load(dir: &std::path::Path, prefix: &str) -> Option<log::Log> {
         })
         .collect();
     paths.sort();
-    Some(log::parse_file(paths.first()?).expect("log parses"))
+    paths.into_iter().next()
+}
+
+/// Every log: (name, half, path).
+fn all_logs() -> Vec<(String, &'static str, PathBuf)> {
+    let mut out = Vec::new();
+    let dir = shared_data::expected_path().join("dtr-logs");
+    if dir.is_dir() {
+        for name in SHARED {
+            if let Some(p) = shared_log(&dir, name) {
+                out.push((name.to_string(), "fit", p));
+            }
+        }
+    } else {
+        println!("(no {}: the shared logs are left out)", dir.display());
+    }
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let mut stems: Vec<(String, PathBuf)> = std::fs::read_dir(&corpus)
+        .expect("the corpus folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|p| {
+            let stem = p
+                .file_name()?
+                .to_str()?
+                .strip_suffix(".log.gz")?
+                .to_string();
+            Some((stem, p))
+        })
+        .collect();
+    stems.sort();
+    for (stem, p) in stems {
+        let half = if FIT.contains(&stem.as_str()) {
+            "fit"
+        } else {
+            "report"
+        };
+        out.push((stem, half, p));
+    }
+    out
 }
 
 fn overheads(runs: &[SweepRun]) -> Vec<Option<f64>> {
     runs.iter().map(|r| r.overhead).collect()
 }
 
-fn main() {
-    let dir = shared_data::expected_path().join("dtr-logs");
-    if !dir.is_dir() {
-        println!("skipping: no {} (set TENSORMEM_SHARED)", dir.display());
-        return;
+/// The worst `overhead / blind overhead` at ratios >= 0.5 where the blind run completes
+/// (`inf` when the strategy fails there).
+fn worst_vs_blind(ratios: &[f64], o: &[Option<f64>], blind: &[Option<f64>]) -> f64 {
+    let mut worst: f64 = 0.0;
+    for (k, r) in ratios.iter().enumerate() {
+        if *r >= 0.5 - 1e-9 {
+            if let Some(b) = blind[k] {
+                worst = worst.max(o[k].map_or(f64::INFINITY, |x| x / b));
+            }
+        }
     }
+    worst
+}
+
+/// Ratios where the run fails although a run two or more steps smaller completed (one step of
+/// noise allowed).
+fn monotone_breaks(ratios: &[f64], runs: &[SweepRun]) -> Vec<f64> {
+    let ok: Vec<bool> = runs.iter().map(|r| r.status() == Status::Ok).collect();
+    (0..ratios.len())
+        .filter(|&k| !ok[k] && (0..k.saturating_sub(1)).any(|j| ok[j]))
+        .map(|k| ratios[k])
+        .collect()
+}
+
+fn fmt_ratio(s: Option<(f64, f64)>) -> String {
+    s.map_or("none".into(), |s| format!("{:.2}", s.0))
+}
+
+fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let names: Vec<&str> = if args.is_empty() {
-        vec!["unet", "tv_densenet121", "lstm", "transformer", "resnet32"]
-    } else {
-        args.iter().map(String::as_str).collect()
-    };
     let strategies: Vec<Strategy> = match std::env::var("STRATEGIES") {
         Ok(v) => v
             .split(',')
             .map(|x| x.parse().expect("a strategy"))
             .collect(),
-        Err(_) => Strategy::ALL.to_vec(),
+        Err(_) => vec![Strategy::Callback, Strategy::Window],
     };
-    let only = std::env::var("LAYOUTS").ok();
+    let layouts = std::env::var("LAYOUTS").ok();
     let ratios: Vec<f64> = (1..=20).map(|k| k as f64 * 0.05).collect();
-    for name in names {
-        let Some(lg) = load(&dir, name) else {
-            println!("skipping {name}: no such log");
+    let plain = SweepOptions {
+        ratios: ratios.clone(),
+        ..SweepOptions::default()
+    };
+    let mut summary = Vec::new();
+    for (name, half, path) in all_logs() {
+        if !args.is_empty() && !args.contains(&name) {
             continue;
-        };
-        let plain = SweepOptions {
-            ratios: ratios.clone(),
-            ..SweepOptions::default()
-        };
+        }
+        let lg = log::parse_file(&path).expect("log parses");
         let blind = sweep::sweep(&lg, &plain).expect("blind sweep");
-        let counted = sweep::sweep(
-            &lg,
-            &SweepOptions {
-                with_allocator: true,
-                ..plain.clone()
-            },
-        )
-        .expect("counting sweep");
-        let peak = blind.baseline.peak_bytes as f64;
-        let today = counted
-            .runs
-            .iter()
-            .filter(|r| r.status() == Status::Ok && r.overhead.is_some_and(|o| o <= 1.5))
-            .map(|r| {
-                (
-                    r.allocator.expect("allocator").peak_reserved_bytes as f64 / peak,
-                    r.ratio,
-                )
-            })
-            .min_by(|a, b| a.0.total_cmp(&b.0));
-        let ideal = sweep::smallest_ratio(&blind.runs, 1.5);
-        println!(
-            "\n== {name}: today (counting budget) as device memory {}; allocator-blind ideal {}",
-            today.map_or("none".into(), |(d, r)| format!(
-                "{d:.3} (counting ratio {r:.2})"
-            )),
-            ideal.map_or("none".into(), |(r, o)| format!("{r:.2} (overhead {o:.3})"))
-        );
-        println!(
-            "| layout | strategy | smallest | overhead there | worst / blind at >= 0.5 | overheads at 0.5 .. 1.0 | vs callback: lower / higher, mean overhead | sweep ms |"
-        );
-        println!("|---|---|---:|---:|---:|---|---|---:|");
         let blind_o = overheads(&blind.runs);
-        for (lname, conf, partition, in_place) in LAYOUTS {
-            if only
-                .as_ref()
-                .is_some_and(|o| !o.split(',').any(|x| x == lname))
-            {
-                continue;
+        let ideal = sweep::smallest_ratio(&blind.runs, 1.5);
+        let mut cells = Vec::new();
+        let mut window = None;
+        for &strategy in &strategies {
+            let options = SweepOptions {
+                device: Some(DeviceOptions {
+                    strategies: vec![strategy],
+                    ..DeviceOptions::default()
+                }),
+                ..plain.clone()
+            };
+            let t = Instant::now();
+            let sw = sweep::sweep(&lg, &options).expect("device sweep");
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            for r in &sw.runs {
+                let a = r.allocator.expect("allocator");
+                assert!(a.peak_reserved_bytes <= r.budget_bytes, "{name} {strategy}");
             }
-            let mut callback: Option<Vec<Option<f64>>> = None;
-            let mut rows = Vec::new();
-            for &strategy in &strategies {
-                let options = SweepOptions {
-                    device: Some(DeviceOptions {
-                        strategies: vec![strategy],
-                        alloc_conf: AllocatorConfig::parse(conf).expect("config"),
-                        partition,
-                        in_place,
-                    }),
-                    ..plain.clone()
-                };
-                let t = Instant::now();
-                let sw = sweep::sweep(&lg, &options).expect("device sweep");
-                let ms = t.elapsed().as_secs_f64() * 1e3;
-                for r in &sw.runs {
-                    let a = r.allocator.expect("allocator");
-                    assert!(a.peak_reserved_bytes <= r.budget_bytes, "{name} {strategy}");
-                }
+            let smallest = sweep::smallest_ratio(&sw.runs, 1.5);
+            cells.push(fmt_ratio(smallest));
+            if strategy == Strategy::Window {
                 let o = overheads(&sw.runs);
-                if strategy == Strategy::Callback {
-                    callback = Some(o.clone());
-                }
-                rows.push((strategy, sweep::smallest_ratio(&sw.runs, 1.5), o, ms));
+                window = Some((
+                    smallest,
+                    worst_vs_blind(&ratios, &o, &blind_o),
+                    monotone_breaks(&ratios, &sw.runs),
+                    ms,
+                ));
             }
-            for (strategy, smallest, o, ms) in rows {
-                let mut worst: f64 = 0.0;
-                for (k, r) in ratios.iter().enumerate() {
-                    if *r >= 0.5 - 1e-9 {
-                        if let Some(b) = blind_o[k] {
-                            worst = worst.max(o[k].map_or(f64::INFINITY, |x| x / b));
-                        }
-                    }
-                }
-                let at: Vec<String> = (9..20)
-                    .step_by(2)
-                    .map(|k| o[k].map_or("-".into(), |x| format!("{x:.3}")))
-                    .collect();
-                let vs = match (&callback, strategy) {
-                    (Some(c), s) if s != Strategy::Callback => {
-                        let common: Vec<(f64, f64)> = o
-                            .iter()
-                            .zip(c)
-                            .filter_map(|(a, b)| Some(((*a)?, (*b)?)))
-                            .collect();
-                        let lower = common.iter().filter(|(a, b)| a < &(b - 1e-4)).count();
-                        let higher = common.iter().filter(|(a, b)| a > &(b + 1e-4)).count();
-                        let mean = |f: fn(&(f64, f64)) -> f64| {
-                            common.iter().map(f).sum::<f64>() / common.len().max(1) as f64
-                        };
-                        format!(
-                            "{lower} / {higher} of {}, {:.4} vs {:.4}",
-                            common.len(),
-                            mean(|x| x.0),
-                            mean(|x| x.1)
-                        )
-                    }
+        }
+        summary.push((name.clone(), half, ideal, cells, window));
+        if let Some(only) = &layouts {
+            detail(&name, &lg, &plain, &blind, &strategies, only);
+        }
+    }
+    println!(
+        "\n== smallest device budget (ratio of the no-eviction peak, 0.05 steps) completing with overhead <= 1.5, h_DTR^eq, PyTorch's default allocator"
+    );
+    let names: Vec<&str> = strategies.iter().map(|s| s.name()).collect();
+    println!(
+        "| half | log | blind | {} | window - blind | window worst / blind at >= 0.5 | window monotone | window sweep ms |",
+        names.join(" | ")
+    );
+    println!(
+        "|---|---|---:|{}---:|---:|---|---:|",
+        "---:|".repeat(names.len())
+    );
+    let mut misses: Vec<(&str, String)> = Vec::new();
+    for (name, half, ideal, cells, window) in &summary {
+        let (dist, worst, mono, ms) = match window {
+            Some((s, worst, breaks, ms)) => {
+                let dist = match (s, ideal) {
+                    (Some(s), Some(i)) => format!("{:+.2}", s.0 - i.0),
+                    (None, Some(_)) => "none".into(),
                     _ => "-".into(),
                 };
-                println!(
-                    "| {lname} | {strategy} | {} | {} | {} | {} | {vs} | {ms:.0} |",
-                    smallest.map_or("none".into(), |s| format!("{:.2}", s.0)),
-                    smallest.map_or("-".into(), |s| format!("{:.3}", s.1)),
+                let d = match (s, ideal) {
+                    (Some(s), Some(i)) => s.0 - i.0,
+                    (None, Some(_)) => f64::INFINITY,
+                    _ => 0.0,
+                };
+                if d > 0.05 + 1e-9 || *worst > 1.10 || !breaks.is_empty() {
+                    misses.push((
+                        half,
+                        format!("{name} (distance {dist}, worst {worst:.3}, breaks {breaks:?})"),
+                    ));
+                }
+                (
+                    dist,
                     if worst.is_finite() {
                         format!("{worst:.3}")
                     } else {
                         "fails".into()
                     },
-                    at.join(" ")
-                );
+                    if breaks.is_empty() {
+                        "yes".to_string()
+                    } else {
+                        format!("no: fails at {breaks:?}")
+                    },
+                    format!("{ms:.0}"),
+                )
             }
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        println!(
+            "| {half} | {name} | {} | {} | {dist} | {worst} | {mono} | {ms} |",
+            fmt_ratio(*ideal),
+            cells.join(" | ")
+        );
+    }
+    for half in ["fit", "report"] {
+        let m: Vec<&String> = misses
+            .iter()
+            .filter(|(h, _)| *h == half)
+            .map(|(_, m)| m)
+            .collect();
+        let n = summary.iter().filter(|s| s.1 == half).count();
+        println!(
+            "{half} half: window misses a target (within 0.05 of blind, worst <= 1.10, monotone) on {} of {n} logs{}",
+            m.len(),
+            if m.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ": {}",
+                    m.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; ")
+                )
+            }
+        );
+    }
+}
+
+/// The detailed tables of one log, per layout and strategy.
+fn detail(
+    name: &str,
+    lg: &log::Log,
+    plain: &SweepOptions,
+    blind: &sweep::Sweep,
+    strategies: &[Strategy],
+    only: &str,
+) {
+    let ratios = &plain.ratios;
+    let blind_o = overheads(&blind.runs);
+    println!(
+        "\n== {name}: allocator-blind ideal {}",
+        sweep::smallest_ratio(&blind.runs, 1.5)
+            .map_or("none".into(), |(r, o)| format!("{r:.2} (overhead {o:.3})"))
+    );
+    println!(
+        "| layout | strategy | smallest | overhead there | worst / blind at >= 0.5 | overheads at 0.5 .. 1.0 | vs callback: lower / higher, mean overhead | sweep ms |"
+    );
+    println!("|---|---|---:|---:|---:|---|---|---:|");
+    for (lname, conf, partition, in_place) in LAYOUTS {
+        if only != "all" && !only.split(',').any(|x| x == lname) {
+            continue;
+        }
+        let mut callback: Option<Vec<Option<f64>>> = None;
+        let mut rows = Vec::new();
+        for &strategy in strategies {
+            let options = SweepOptions {
+                device: Some(DeviceOptions {
+                    strategies: vec![strategy],
+                    alloc_conf: AllocatorConfig::parse(conf).expect("config"),
+                    partition,
+                    in_place,
+                }),
+                ..plain.clone()
+            };
+            let t = Instant::now();
+            let sw = sweep::sweep(lg, &options).expect("device sweep");
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            for r in &sw.runs {
+                let a = r.allocator.expect("allocator");
+                assert!(a.peak_reserved_bytes <= r.budget_bytes, "{name} {strategy}");
+            }
+            let o = overheads(&sw.runs);
+            if strategy == Strategy::Callback {
+                callback = Some(o.clone());
+            }
+            rows.push((strategy, sweep::smallest_ratio(&sw.runs, 1.5), o, ms));
+        }
+        for (strategy, smallest, o, ms) in rows {
+            let worst = worst_vs_blind(ratios, &o, &blind_o);
+            let at: Vec<String> = (9..20)
+                .step_by(2)
+                .map(|k| o[k].map_or("-".into(), |x| format!("{x:.3}")))
+                .collect();
+            let vs = match (&callback, strategy) {
+                (Some(c), s) if s != Strategy::Callback => {
+                    let common: Vec<(f64, f64)> = o
+                        .iter()
+                        .zip(c)
+                        .filter_map(|(a, b)| Some(((*a)?, (*b)?)))
+                        .collect();
+                    let lower = common.iter().filter(|(a, b)| a < &(b - 1e-4)).count();
+                    let higher = common.iter().filter(|(a, b)| a > &(b + 1e-4)).count();
+                    let mean = |f: fn(&(f64, f64)) -> f64| {
+                        common.iter().map(f).sum::<f64>() / common.len().max(1) as f64
+                    };
+                    format!(
+                        "{lower} / {higher} of {}, {:.4} vs {:.4}",
+                        common.len(),
+                        mean(|x| x.0),
+                        mean(|x| x.1)
+                    )
+                }
+                _ => "-".into(),
+            };
+            println!(
+                "| {lname} | {strategy} | {} | {} | {} | {} | {vs} | {ms:.0} |",
+                fmt_ratio(smallest),
+                smallest.map_or("-".into(), |s| format!("{:.3}", s.1)),
+                if worst.is_finite() {
+                    format!("{worst:.3}")
+                } else {
+                    "fails".into()
+                },
+                at.join(" ")
+            );
         }
     }
 }

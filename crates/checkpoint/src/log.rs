@@ -5,6 +5,9 @@
 //! ignored), `CONSTANT` + `MEMORY`, `CALL` followed by `MEMORY` then `ALIAS` per result,
 //! `MUTATE`, `COPY`, `COPY_FROM`, `RELEASE`. Numbers may be JSON strings of digits (as the
 //! prototype writes them) or JSON integers (`MUTATE` indices are integers in the logs).
+//!
+//! [`parse_file`] also reads gzip-compressed logs (`.log.gz`, as `tensormem.record` writes the
+//! corpus), recognised by the gzip magic bytes ([`gunzip`]).
 
 use std::path::Path;
 
@@ -109,6 +112,17 @@ impl Log {
             .count()
     }
 
+    /// What `TIME` holds when the log says so: the text after `COST ` of the first
+    /// `ANNOTATE` starting with it (`tensormem.record` writes `COST roofline ...`,
+    /// `COST flops ...` or `COST time ...` right after `START`); `None` for the prototype's
+    /// logs, whose `TIME` is measured nanoseconds.
+    pub fn cost_annotation(&self) -> Option<&str> {
+        self.events.iter().find_map(|e| match &e.event {
+            Event::Annotate(a) => a.strip_prefix("COST "),
+            _ => None,
+        })
+    }
+
     /// Sum of `TIME` over `CALL` and `MUTATE`, ns (the baseline compute).
     pub fn total_time_ns(&self) -> u64 {
         self.events
@@ -132,6 +146,20 @@ pub enum LogError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// A gzip-compressed file that does not decompress (truncated, corrupt, bad checksum).
+    #[error("{path}: not a valid gzip file: {message}")]
+    Gzip {
+        /// The path.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The log is not UTF-8 text.
+    #[error("{path}: not UTF-8 text")]
+    NotText {
+        /// The path.
+        path: String,
     },
     /// The log holds no instruction at all (an empty or blank file).
     #[error("the log is empty: no instruction on any line")]
@@ -232,7 +260,10 @@ impl LogError {
     /// The 1-based line the error is about (`None` for I/O errors and an empty log).
     pub fn line(&self) -> Option<usize> {
         match self {
-            LogError::Io { .. } | LogError::Empty => None,
+            LogError::Io { .. }
+            | LogError::Gzip { .. }
+            | LogError::NotText { .. }
+            | LogError::Empty => None,
             LogError::Json { line, .. }
             | LogError::NotAnObject { line }
             | LogError::UnknownInstruction { line, .. }
@@ -582,14 +613,96 @@ pub fn parse(text: &str) -> Result<Log, LogError> {
     })
 }
 
-/// Reads and parses the log at `path`.
+/// Reads and parses the log at `path`, plain or gzip-compressed (detected by its magic bytes,
+/// whatever the file's name).
 ///
 /// # Errors
-/// [`LogError::Io`] when it cannot be read; as [`parse`] otherwise.
+/// [`LogError::Io`] when it cannot be read, [`LogError::Gzip`] when it is a broken gzip file,
+/// [`LogError::NotText`] when it is not UTF-8; as [`parse`] otherwise.
 pub fn parse_file(path: &Path) -> Result<Log, LogError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LogError::Io {
-        path: path.display().to_string(),
+    let shown = || path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| LogError::Io {
+        path: shown(),
         source,
     })?;
+    let bytes = if is_gzip(&bytes) {
+        gunzip(&bytes).map_err(|message| LogError::Gzip {
+            path: shown(),
+            message,
+        })?
+    } else {
+        bytes
+    };
+    let text = String::from_utf8(bytes).map_err(|_| LogError::NotText { path: shown() })?;
     parse(&text)
+}
+
+/// Whether `bytes` start with gzip's magic (`1f 8b`).
+pub fn is_gzip(bytes: &[u8]) -> bool {
+    bytes.starts_with(&[0x1f, 0x8b])
+}
+
+/// CRC-32 (IEEE 802.3, reflected, as gzip's trailer), bitwise.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ (0xedb8_8320 & (crc & 1).wrapping_neg());
+        }
+    }
+    !crc
+}
+
+/// Decompresses one gzip member (RFC 1952: header with its optional fields, raw deflate,
+/// CRC-32 and length trailer, both checked).
+///
+/// # Errors
+/// A one-line reason: a bad header, a broken deflate stream, a short file, a checksum or
+/// length mismatch.
+pub fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    const FHCRC: u8 = 2;
+    const FEXTRA: u8 = 4;
+    const FNAME: u8 = 8;
+    const FCOMMENT: u8 = 16;
+    let short = || "the file ends inside the gzip header".to_string();
+    if bytes.len() < 18 || !is_gzip(bytes) {
+        return Err("too short for a gzip file".into());
+    }
+    if bytes[2] != 8 {
+        return Err(format!("compression method {} is not deflate", bytes[2]));
+    }
+    let flags = bytes[3];
+    let mut at = 10;
+    if flags & FEXTRA != 0 {
+        let len = bytes.get(at..at + 2).ok_or_else(short)?;
+        at += 2 + usize::from(u16::from_le_bytes([len[0], len[1]]));
+    }
+    for flag in [FNAME, FCOMMENT] {
+        if flags & flag != 0 {
+            let end = bytes
+                .get(at..)
+                .and_then(|b| b.iter().position(|&c| c == 0))
+                .ok_or_else(short)?;
+            at += end + 1;
+        }
+    }
+    if flags & FHCRC != 0 {
+        at += 2;
+    }
+    if at + 8 > bytes.len() {
+        return Err(short());
+    }
+    let trailer = &bytes[bytes.len() - 8..];
+    let data = miniz_oxide::inflate::decompress_to_vec(&bytes[at..bytes.len() - 8])
+        .map_err(|e| format!("broken deflate stream ({:?})", e.status))?;
+    let crc = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
+    let size = u32::from_le_bytes([trailer[4], trailer[5], trailer[6], trailer[7]]);
+    if crc32(&data) != crc {
+        return Err("CRC-32 mismatch".into());
+    }
+    if data.len() as u32 != size {
+        return Err("length mismatch".into());
+    }
+    Ok(data)
 }

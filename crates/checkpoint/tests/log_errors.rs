@@ -196,3 +196,48 @@ fn an_empty_or_blank_log_is_an_error_not_an_empty_run() {
         );
     }
 }
+
+/// `good.log.gz`: [`GOOD`] compressed by Python's `gzip` module (with a file name in the
+/// header, as the `gzip` command writes it).
+fn gz_fixture() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/good.log.gz")
+}
+
+#[test]
+fn gzip_logs_parse_as_their_text() {
+    let lg = log::parse_file(&gz_fixture()).expect("gzip log parses");
+    assert_eq!(lg, log::parse(GOOD).unwrap());
+    assert_eq!(lg.cost_annotation(), None);
+}
+
+#[rstest]
+#[case::crc(|b: &mut Vec<u8>| { let n = b.len(); b[n - 6] ^= 1; }, "CRC-32 mismatch")]
+#[case::length(|b: &mut Vec<u8>| { let n = b.len(); b[n - 2] ^= 1; }, "length mismatch")]
+#[case::truncated(|b: &mut Vec<u8>| b.truncate(b.len() / 2), "broken deflate stream")]
+#[case::method(|b: &mut Vec<u8>| b[2] = 7, "compression method 7 is not deflate")]
+#[case::header(|b: &mut Vec<u8>| b.truncate(12), "too short for a gzip file")]
+fn broken_gzip_is_one_error(#[case] spoil: fn(&mut Vec<u8>), #[case] message: &str) {
+    let mut bytes = std::fs::read(gz_fixture()).unwrap();
+    spoil(&mut bytes);
+    let dir = std::env::temp_dir().join(format!("checkpoint-gz-{}-{message}", std::process::id()));
+    std::fs::write(&dir, &bytes).unwrap();
+    let e = log::parse_file(&dir).unwrap_err();
+    let _ = std::fs::remove_file(&dir);
+    assert!(matches!(e, LogError::Gzip { .. }), "{e}");
+    assert!(e.to_string().contains(message), "{e}");
+    assert_eq!(e.line(), None);
+}
+
+#[test]
+fn the_cost_annotation_says_what_time_holds() {
+    let text = GOOD.replacen(
+        "\n",
+        "\n{\"ANNOTATION\":\"COST flops torch.utils.flop_counter\",\"INSTRUCTION\":\"ANNOTATE\"}\n",
+        1,
+    );
+    let lg = log::parse(&text).unwrap();
+    assert_eq!(lg.cost_annotation(), Some("flops torch.utils.flop_counter"));
+    // Annotations are no operations: the same compute and ops as without it.
+    assert_eq!(lg.op_count(), 3);
+    assert_eq!(lg.total_time_ns(), 125);
+}

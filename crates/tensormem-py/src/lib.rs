@@ -10,7 +10,8 @@
 //! Every function takes a snapshot as a path (`str` or `os.PathLike`), the bytes of a pickle
 //! or JSON file, or the dict `torch.cuda.memory._snapshot()` returns, and returns what the CLI's
 //! `--json` prints, as Python dicts and lists. Errors raise `tensormem.TensormemError` with the
-//! CLI's message. The work runs without the GIL.
+//! CLI's message. The work runs without the GIL. `dtr_log` reads a DTR operator log (as
+//! `tensormem.record` writes them) and gives its no-eviction figures.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -324,9 +325,62 @@ fn dump<'py>(
     Ok(PyBytes::new(py, &bytes))
 }
 
-/// The module `tensormem`.
+/// dtr_log(log)
+/// --
+///
+/// Parses a DTR operator log (a path to a plain or gzip-compressed file, its text as `str`
+/// (a `str` starting with `{`), or its bytes) with the same reader as `tensormem dtr`, and runs it without a budget (simrd's
+/// baseline). Returns `{"events", "calls", "mutates", "constants", "releases", "peak_bytes",
+/// "compute", "cost"}`: `peak_bytes` is the no-eviction peak, `compute` the summed `TIME`,
+/// `cost` the log's `COST` annotation (what `TIME` holds) or `None`. Errors (a bad line, an
+/// inconsistent log) raise `TensormemError` naming the line.
+#[pyfunction]
+fn dtr_log<'py>(py: Python<'py>, log: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    use checkpoint::log::{self, Event};
+    let text = log
+        .cast::<PyString>()
+        .ok()
+        .map(|s| s.to_string())
+        .filter(|s| s.trim_start().starts_with('{'));
+    let parsed = if let Some(text) = text {
+        log::parse(&text).map_err(error)?
+    } else if let Ok(b) = log.cast::<PyBytes>() {
+        let bytes = b.as_bytes();
+        let bytes = if log::is_gzip(bytes) {
+            log::gunzip(bytes).map_err(|e| error(format!("<bytes>: not a valid gzip file: {e}")))?
+        } else {
+            bytes.to_vec()
+        };
+        let text = String::from_utf8(bytes).map_err(|_| error("<bytes>: not UTF-8 text"))?;
+        log::parse(&text).map_err(error)?
+    } else if let Ok(path) = log.extract::<PathBuf>() {
+        py.detach(|| log::parse_file(&path)).map_err(error)?
+    } else {
+        let ty = log.get_type().name()?;
+        return Err(error(format!(
+            "expected a path, the text or the bytes of an operator log; found {ty}"
+        )));
+    };
+    let base = py
+        .detach(|| checkpoint::sim::baseline(&parsed))
+        .map_err(error)?;
+    let count = |f: fn(&Event) -> bool| parsed.events.iter().filter(|e| f(&e.event)).count();
+    let doc = serde_json::json!({
+        "events": parsed.events.len(),
+        "calls": count(|e| matches!(e, Event::Call { .. })),
+        "mutates": count(|e| matches!(e, Event::Mutate { .. })),
+        "constants": count(|e| matches!(e, Event::Constant { .. })),
+        "releases": count(|e| matches!(e, Event::Release { .. })),
+        "peak_bytes": base.peak_bytes,
+        "compute": base.compute_ns,
+        "cost": parsed.cost_annotation(),
+    });
+    to_py(py, &doc)
+}
+
+/// The native module `tensormem._native` (re-exported by the `tensormem` package).
 #[pymodule]
-#[pyo3(name = "tensormem")]
+#[pyo3(name = "_native")]
 fn tensormem_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TensormemError", m.py().get_type::<TensormemError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -334,5 +388,6 @@ fn tensormem_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(advise, m)?)?;
     m.add_function(wrap_pyfunction!(explain, m)?)?;
     m.add_function(wrap_pyfunction!(dump, m)?)?;
+    m.add_function(wrap_pyfunction!(dtr_log, m)?)?;
     Ok(())
 }

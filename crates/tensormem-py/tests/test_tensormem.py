@@ -196,3 +196,20 @@ def test_advise_and_explain_on_shared_snapshots():
     e = tensormem.explain(str(shared_snapshot("opt1.3b_inference_at_oom_state.pickle")))
     assert e["moment"] == "dump" and e["advice"] is None
     assert e["top_sites"][0]["site"].endswith(":allocate")
+
+
+def test_dtr_log_reads_text_and_bad_logs_raise_with_the_line():
+    good = (
+        '{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}\n'
+        '{"INSTRUCTION":"CONSTANT","NAME":"x1"}\n{"INSTRUCTION":"MEMORY","MEMORY":"64","NAME":"x1"}\n'
+        '{"ARGS":["x1"],"INSTRUCTION":"CALL","NAME":"relu","RESULT":["x2"],"TIME":"100"}\n'
+        '{"INSTRUCTION":"MEMORY","MEMORY":"128","NAME":"x2"}\n{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"x2"}\n'
+    )
+    facts = tensormem.dtr_log(good)
+    assert facts == {"events": 3, "calls": 1, "mutates": 0, "constants": 1, "releases": 0,
+                     "peak_bytes": 192, "compute": 100, "cost": None}
+
+    with pytest.raises(tensormem.TensormemError, match="line 2"):
+        tensormem.dtr_log('{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}\n{"INSTRUCTION":"NOPE"}\n')
+    with pytest.raises(tensormem.TensormemError, match="not a valid gzip file"):
+        tensormem.dtr_log(b"\x1f\x8b" + b"\0" * 30)

@@ -215,6 +215,7 @@ pub fn run(args: &DtrArgs) -> Result<String, String> {
         lg.op_count(),
         options.overhead_limit
     );
+    cost_line(&mut out, &lg);
     out.push_str(&sweep::table(&sw, args.with_allocator));
     if args.with_allocator {
         if let Some((r, over)) = worst_overshoot(&sw) {
@@ -231,6 +232,17 @@ pub fn run(args: &DtrArgs) -> Result<String, String> {
         let _ = writeln!(out, "plot written to {}", p.display());
     }
     Ok(out)
+}
+
+/// `TIME holds: ...` when the log says what its costs are (`tensormem.record`'s `COST`
+/// annotation); the prototype's logs hold measured nanoseconds and say nothing.
+fn cost_line(out: &mut String, lg: &log::Log) {
+    if let Some(c) = lg.cost_annotation() {
+        let _ = writeln!(
+            out,
+            "TIME holds: {c} (overheads are ratios of it; \"ms\" below is TIME / 1e6)"
+        );
+    }
 }
 
 /// The completed run whose reserved peak exceeds its budget the most, with that excess as a
@@ -327,6 +339,7 @@ fn device_report(
         },
         if d.in_place { ", in-place updates" } else { "" },
     );
+    cost_line(&mut out, lg);
     out.push_str(&sweep::device_table(sw));
     let over = sw
         .runs
@@ -406,6 +419,7 @@ fn json(name: &str, lg: &log::Log, options: &SweepOptions, sw: &Sweep) -> serde_
     serde_json::json!({
         "log": name,
         "operator_calls": lg.op_count(),
+        "cost": lg.cost_annotation(),
         "overhead_limit": options.overhead_limit,
         "baseline": {
             "peak_bytes": sw.baseline.peak_bytes,
@@ -623,6 +637,33 @@ mod tests {
         let e = run(&args(&["x.log", "--plot", "out.png"])).unwrap_err();
         assert_eq!(e, "--plot out.png: the plot file needs a .svg extension");
         assert!(Wrap::try_parse_from(["dtr", "x.log", "--ratio", "0.5", "--budget", "1"]).is_err());
+    }
+
+    #[test]
+    fn a_recorded_gzip_log_says_what_time_holds() {
+        let p =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../checkpoint/corpus/resnet18-64.log.gz");
+        let text = run(&args(&[p.to_str().unwrap(), "--ratio", "0.5"])).unwrap();
+        assert!(text.contains(": 266 operator calls,"), "{text}");
+        assert!(
+            text.contains("\nTIME holds: roofline flop/s=1.5e+13 bytes/s=6.5e+11 launch_ns=1000 ("),
+            "{text}"
+        );
+        let doc: serde_json::Value = serde_json::from_str(
+            &run(&args(&[p.to_str().unwrap(), "--ratio", "0.5", "--json"])).unwrap(),
+        )
+        .unwrap();
+        assert!(doc["cost"].as_str().unwrap().starts_with("roofline "));
+        assert_eq!(doc["baseline"]["peak_bytes"], 1_484_381_416u64);
+        let doc: serde_json::Value = serde_json::from_str(
+            &run(&args(&[
+                write_log("c.log", &chain_log()).to_str().unwrap(),
+                "--json",
+            ]))
+            .unwrap(),
+        )
+        .unwrap();
+        assert!(doc["cost"].is_null());
     }
 
     #[test]

@@ -37,3 +37,30 @@ pub fn log_path(dir: &std::path::Path, prefix: &str) -> PathBuf {
 
 /// The five shared logs' prefixes.
 pub const LOGS: [&str; 5] = ["lstm", "resnet32", "transformer", "tv_densenet121", "unet"];
+
+/// The corpus recorded by `tensormem.record` from real PyTorch models
+/// (`crates/checkpoint/corpus/*.log.gz`, committed; see its README).
+pub fn corpus_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpus")
+}
+
+/// Every corpus log as `(stem, path)` (`resnet50-32`, ...), sorted by name.
+///
+/// # Panics
+/// When the corpus folder cannot be read.
+pub fn corpus_logs() -> Vec<(String, PathBuf)> {
+    let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(corpus_dir())
+        .expect("readable corpus folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|p| {
+            let name = p
+                .file_name()?
+                .to_str()?
+                .strip_suffix(".log.gz")?
+                .to_string();
+            Some((name, p))
+        })
+        .collect();
+    found.sort();
+    found
+}

@@ -1,0 +1,22 @@
+"""tensormem: PyTorch's CUDA caching allocator and DTR, re-implemented in Rust.
+
+- ``replay``, ``advise``, ``explain``, ``dump``: PyTorch memory snapshots (given as a path, the
+  bytes of a pickle or JSON file, or the dict ``torch.cuda.memory._snapshot()`` returns)
+  through our allocator; they return what the CLI's ``--json`` prints. Errors raise
+  ``TensormemError`` with the CLI's message.
+- ``dtr_log``: a DTR operator log's no-eviction figures, read as ``tensormem dtr`` reads it.
+- ``tensormem.record`` (needs torch, imported only there): records a model's forward and
+  backward as a DTR operator log that ``tensormem dtr`` replays.
+"""
+
+from ._native import TensormemError, __version__, advise, dtr_log, dump, explain, replay
+
+__all__ = [
+    "TensormemError",
+    "__version__",
+    "advise",
+    "dtr_log",
+    "dump",
+    "explain",
+    "replay",
+]
