@@ -141,19 +141,51 @@ fn null_data_ptr_never_calls_a_deleter() {
     data_ptr.clear();
 }
 
+/// Calls of [`count_calls`], whatever the context (only
+/// `null_context_with_a_deleter_is_never_passed_to_it` uses it).
+static NULL_CONTEXT_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// A deleter that frees nothing and only counts its calls, so a call with a null context is
+/// seen as a number, not as a crash.
+unsafe fn count_calls(_ctx: *mut c_void) {
+    NULL_CONTEXT_CALLS.fetch_add(1, Ordering::SeqCst);
+}
+
 #[test]
 fn null_context_with_a_deleter_is_never_passed_to_it() {
     let mut byte = 0u8;
-    // SAFETY: a null context is never given to the deleter; `byte` outlives the DataPtr.
-    let data_ptr = unsafe {
+    let data: *mut u8 = &raw mut byte;
+    let null_context = || {
+        // SAFETY: the deleter touches nothing; `byte` outlives the DataPtr.
+        unsafe {
+            DataPtr::new(
+                data,
+                std::ptr::null_mut(),
+                Some(count_calls as DeleterFn),
+                Device::cpu(),
+            )
+        }
+    };
+    drop(null_context());
+    null_context().clear();
+    let released = null_context().release_context();
+    assert!(released.deleter.is_some());
+    // SAFETY: a null context: nothing to free (and the deleter frees nothing anyway).
+    unsafe { released.delete() };
+    assert_eq!(NULL_CONTEXT_CALLS.load(Ordering::SeqCst), 0);
+
+    // The counter does count: the same deleter with a non-null context runs once on drop.
+    // SAFETY: as above; the context is never dereferenced.
+    let owning = unsafe {
         DataPtr::new(
-            &raw mut byte,
-            std::ptr::null_mut(),
-            Some(delete_tracked as DeleterFn),
+            data,
+            data.cast(),
+            Some(count_calls as DeleterFn),
             Device::cpu(),
         )
     };
-    drop(data_ptr); // would crash (Box::from_raw(null)) if the deleter ran
+    drop(owning);
+    assert_eq!(NULL_CONTEXT_CALLS.load(Ordering::SeqCst), 1);
 }
 
 #[test]
