@@ -8,7 +8,9 @@
 //! [`Access`] that has checked and locked everything first:
 //!
 //! 1. **The bytes are host memory.** A CPU storage's bytes are host memory by c10-core's
-//!    `Allocator` contract. A simulated-device storage is used only after
+//!    `Allocator` contract, and so are those of a storage on any device whose allocator says so
+//!    (`Allocator::host_accessible`, a promise of that `unsafe` trait, read through
+//!    `StorageImpl::is_host_accessible`). Any other simulated-device storage is used only after
 //!    [`crate::sim::is_host_range`] confirmed that its whole byte range lies inside a live segment
 //!    of a host-backed [`c10_cuda::SimDevice`] (device address == host address), or inside
 //!    simulated memory another process shared with this one (an open IPC mapping, which the
@@ -43,15 +45,21 @@ use crate::strided_index::for_each_row;
 use crate::tensor::{StorageCell, Tensor, TensorImpl};
 
 /// The host address of a tensor's storage bytes, after checking that they are host memory
-/// (CPU, or a host-backed simulated device) and that the layout fits them.
+/// (CPU, a storage whose allocator says its bytes are host memory, or a host-backed simulated
+/// device of [`crate::sim`]) and that the layout fits them.
 ///
 /// # Errors
 /// [`Error::UnsupportedDevice`] for CUDA, meta, or a simulated storage that is not host-backed
-/// memory known to [`crate::sim`].
+/// memory known to [`crate::sim`], unless the storage's allocator says its bytes are host
+/// memory.
 pub(crate) fn host_base(op: &'static str, t: &TensorImpl) -> Result<*mut u8> {
     let storage = t.storage();
     let ptr = storage.data_ptr();
     let nbytes = storage.nbytes();
+    if storage.is_host_accessible() {
+        // CPU, or an allocator's promise (`Allocator::host_accessible`, module docs 1).
+        return Ok(ptr);
+    }
     match t.device().device_type() {
         DeviceType::Cpu => Ok(ptr),
         DeviceType::Sim => {
@@ -62,20 +70,23 @@ pub(crate) fn host_base(op: &'static str, t: &TensorImpl) -> Result<*mut u8> {
                     op,
                     device: t.device(),
                     reason: "its bytes are not host-backed memory of a simulated device installed \
-                             with aten::sim::install",
+                             with aten::sim::install, and its allocator does not say they are \
+                             host memory (Allocator::host_accessible)",
                 })
             }
         }
         DeviceType::Cuda | DeviceType::Meta => Err(Error::UnsupportedDevice {
             op,
             device: t.device(),
-            reason: "this operation runs on host memory only (cpu or a host-backed sim device); \
-                     move the tensor with .to(Device::cpu()) first",
+            reason: "this operation runs on host memory only (cpu, a host-backed sim device, or \
+                     an allocator whose bytes are host memory); move the tensor with \
+                     .to(Device::cpu()) first",
         }),
     }
 }
 
-/// Whether the tensor's bytes can be read on the host (CPU or host-backed sim).
+/// Whether the tensor's bytes can be read on the host (CPU, host-backed sim, or an allocator
+/// that says its bytes are host memory).
 pub(crate) fn is_host_accessible(t: &TensorImpl) -> bool {
     host_base("", t).is_ok()
 }

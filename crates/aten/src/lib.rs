@@ -42,8 +42,11 @@
 //! # Devices
 //!
 //! Tensors are created on a device through its allocator ([`device_allocator`]). Kernels run on
-//! host memory: the CPU and the host-backed simulated device ([`sim::install`]), whose device
-//! addresses are host pointers, so the whole stack runs on a CPU. CUDA tensors can be created
+//! host memory: the CPU, the host-backed simulated device ([`sim::install`]), whose device
+//! addresses are host pointers, so the whole stack runs on a CPU, and any device served by an
+//! allocator that says its bytes are host memory (c10-core's `Allocator::host_accessible`,
+//! registered with [`set_device_allocator`]: a user's own host-emulated device, unified
+//! memory). CUDA tensors can be created
 //! and copied (`to`, `copy_`, `sync_copy_*`) through cudarc when a GPU is present; computing on
 //! them needs `.to(Device::cpu())` first.
 //!

@@ -5,7 +5,9 @@
 //! directly on the bytes of `sim:N` tensors, after checking (on every access) that the storage's
 //! whole byte range lies inside a live segment of one of the devices installed here
 //! ([`SimDevice::is_host_range`]). Storages from any other `Sim` allocator (an address-only
-//! device, say) are refused with [`crate::Error::UnsupportedDevice`].
+//! device, say) are refused with [`crate::Error::UnsupportedDevice`], unless that allocator says
+//! its bytes are host memory (c10-core's `Allocator::host_accessible`, which a user's own
+//! host-backed allocator returns `true` from; then no check of this module is needed).
 //!
 //! ```
 //! use aten::{Tensor, TensorOptions};

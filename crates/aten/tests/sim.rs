@@ -1,13 +1,16 @@
 //! The whole stack on a CPU: tensors on the host-backed simulated device, allocated by c10-cuda's
-//! caching allocator, with the CPU kernels running on the device's bytes.
+//! caching allocator, with the CPU kernels running on the device's bytes; and tensors on a
+//! user's own host-backed allocator (sim:6, sim:7, cuda:7), which says its bytes are host memory.
 //!
 //! One install for the whole binary (tests run in parallel); each test that reads statistics
 //! owns one device index.
 
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use aten::{Error, Generator, Tensor, TensorOptions};
-use c10_core::{Device, ScalarType};
+use c10_core::{Allocator, DataPtr, DeleterFn, Device, DeviceType, ScalarType};
 use c10_cuda::{CachingAllocator, SimDevice};
 
 type R = aten::Result<()>;
@@ -212,6 +215,136 @@ fn an_address_only_device_is_refused_for_host_work() -> R {
         }
         other => panic!("expected an allocator failure, got {other:?}"),
     }
+    Ok(())
+}
+
+/// A user's own host-backed allocator (no c10-cuda): 64-byte aligned heap blocks tagged with
+/// `device`, counting allocations and frees, saying its bytes are host memory when
+/// `host_accessible`.
+struct UserHostAllocator {
+    device: Device,
+    host_accessible: bool,
+    counts: Arc<Counts>,
+}
+
+#[derive(Default)]
+struct Counts {
+    allocated: AtomicUsize,
+    freed: AtomicUsize,
+}
+
+/// The context of one block: its layout, for the free, and the counters.
+struct Block {
+    data: *mut u8,
+    layout: std::alloc::Layout,
+    counts: Arc<Counts>,
+}
+
+unsafe fn free_block(ctx: *mut c_void) {
+    // SAFETY: `ctx` is the `Box<Block>` leaked by `allocate`, freed once by its DataPtr.
+    let block = unsafe { Box::from_raw(ctx.cast::<Block>()) };
+    // SAFETY: `data` came from `alloc` with this layout and is freed only here.
+    unsafe { std::alloc::dealloc(block.data, block.layout) };
+    block.counts.freed.fetch_add(1, Ordering::SeqCst);
+}
+
+// SAFETY: every non-null data pointer is a fresh `std::alloc` block of `nbytes` host bytes
+// (readable and writable by the CPU, reached only through this DataPtr) on `self.device`, freed
+// once by `free_block`, which may run on any thread; `host_accessible` is fixed at construction;
+// no raw deleter.
+unsafe impl Allocator for UserHostAllocator {
+    fn allocate(&self, nbytes: usize) -> c10_core::Result<DataPtr> {
+        if nbytes == 0 {
+            return Ok(DataPtr::null(self.device));
+        }
+        let layout = std::alloc::Layout::from_size_align(nbytes, 64)
+            .map_err(|_| c10_core::Error::SizeOverflow { nbytes })?;
+        // SAFETY: `layout` has a non-zero size.
+        let data = unsafe { std::alloc::alloc(layout) };
+        if data.is_null() {
+            return Err(c10_core::Error::OutOfMemory {
+                requested: nbytes,
+                device: self.device,
+            });
+        }
+        self.counts.allocated.fetch_add(1, Ordering::SeqCst);
+        let ctx = Box::into_raw(Box::new(Block {
+            data,
+            layout,
+            counts: Arc::clone(&self.counts),
+        }));
+        // SAFETY: `free_block(ctx)` frees the block once from any thread; `data` is `nbytes`
+        // bytes of host memory that only this DataPtr reaches.
+        Ok(unsafe { DataPtr::new(data, ctx.cast(), Some(free_block as DeleterFn), self.device) })
+    }
+
+    fn device_type(&self) -> DeviceType {
+        self.device.device_type()
+    }
+
+    fn host_accessible(&self) -> bool {
+        self.host_accessible
+    }
+}
+
+fn user_allocator(device: Device, host_accessible: bool) -> Arc<Counts> {
+    let counts = Arc::new(Counts::default());
+    let allocator = UserHostAllocator {
+        device,
+        host_accessible,
+        counts: Arc::clone(&counts),
+    };
+    aten::set_device_allocator(device, Arc::new(allocator)).expect("register the allocator");
+    counts
+}
+
+#[rstest::rstest]
+#[case::sim(Device::sim(7))]
+// A host allocator under a CUDA index (unified memory, say): the device type does not matter.
+#[case::cuda(Device::cuda(7))]
+fn a_user_allocator_whose_bytes_are_host_memory_computes(#[case] dev: Device) -> R {
+    // No aten::sim::install: the user's allocator alone serves the device.
+    let counts = user_allocator(dev, true);
+    let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?.to(dev)?;
+    let b = Tensor::ones(&[3], TensorOptions::new().device(dev))?;
+    assert_eq!((a.device(), b.device()), (dev, dev));
+    let c = a.add(&b)?;
+    assert_eq!(c.device(), dev);
+    assert_eq!(c.to_vec::<f32>()?, [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+    let m = a.matmul(&a.t()?)?;
+    assert_eq!(m.to_vec::<f32>()?, [14.0, 32.0, 32.0, 77.0]);
+    assert_eq!(a.sum(&[1], false)?.to_vec::<f32>()?, [6.0, 15.0]);
+    a.mul_(&a)?;
+    assert_eq!(a.as_slice::<f32>()?[5], 36.0);
+    let mut out = [0.0f32; 3];
+    b.sync_copy_to_cpu(&mut out)?;
+    assert_eq!(out, [1.0; 3]);
+    b.sync_copy_from_cpu(&[7.0f32, 8.0, 9.0])?;
+    assert_eq!(b.to(Device::cpu())?.to_vec::<f32>()?, [7.0, 8.0, 9.0]);
+    assert_eq!(
+        b.to_string(),
+        format!("tensor([7., 8., 9.], device='{dev}')")
+    );
+    // a, b, c, and the matmul's and the sum's outputs (a.t() is a view, mul_ is in place, the
+    // copies to the host are CPU tensors): five blocks of the user's, the sum's already freed.
+    assert_eq!(counts.allocated.load(Ordering::SeqCst), 5);
+    assert_eq!(counts.freed.load(Ordering::SeqCst), 1);
+    drop((a, b, c, m));
+    assert_eq!(counts.freed.load(Ordering::SeqCst), 5);
+    Ok(())
+}
+
+#[test]
+fn a_user_allocator_that_does_not_say_host_memory_is_refused() -> R {
+    let dev = Device::sim(6);
+    let counts = user_allocator(dev, false);
+    match Tensor::zeros(&[4], TensorOptions::new().device(dev)) {
+        Err(Error::UnsupportedDevice { device, .. }) => assert_eq!(device, dev),
+        other => panic!("expected UnsupportedDevice, got {other:?}"),
+    }
+    // The block was allocated, then freed with the failed tensor.
+    assert_eq!(counts.allocated.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.freed.load(Ordering::SeqCst), 1);
     Ok(())
 }
 

@@ -32,7 +32,12 @@ use crate::error::{Error, Result};
 ///   [`crate::Storage::try_bytes_mut`] will turn into `&mut [u8]`);
 /// * the context and deleter satisfy the contract of [`DataPtr::new`];
 /// * if [`Allocator::raw_deleter`] returns `Some(d)`, then `d(ptr)` frees a pointer obtained from
-///   [`Allocator::raw_allocate`].
+///   [`Allocator::raw_allocate`];
+/// * if [`Allocator::host_accessible`] returns `true` (it must give the same answer for the
+///   allocator's whole life), the `nbytes` bytes of every such `data_ptr` are host memory,
+///   readable and writable through `data_ptr.get()` by the CPU, whatever the device type, with
+///   the same exclusivity as CPU memory above (host code such as aten's kernels and
+///   [`crate::Storage::try_bytes_mut`] will make slices of them).
 ///
 /// Implementations must be thread safe (`Send + Sync`): the registry shares them between threads.
 pub unsafe trait Allocator: Send + Sync {
@@ -50,6 +55,20 @@ pub unsafe trait Allocator: Send + Sync {
 
     /// The device type this allocator serves.
     fn device_type(&self) -> DeviceType;
+
+    /// Whether the bytes this allocator hands out are host memory that the CPU may read and
+    /// write through the data pointer, whatever [`Allocator::device_type`] says: a simulated or
+    /// host-emulated device, unified memory, a user's arena on the host. Not in c10 (whose CPU
+    /// kernels run only on `kCPU`); host code uses it to decide whether it may touch a storage's
+    /// bytes directly ([`crate::StorageImpl::is_host_accessible`]).
+    ///
+    /// The default is `true` for [`DeviceType::Cpu`] (whose bytes are host memory by the trait's
+    /// contract) and `false` otherwise, which is always sound. Returning `true` is a promise
+    /// covered by the trait's `# Safety` section, and the answer must not change over the
+    /// allocator's life.
+    fn host_accessible(&self) -> bool {
+        self.device_type() == DeviceType::Cpu
+    }
 
     /// The deleter for pointers from [`Allocator::raw_allocate`], as c10's
     /// `Allocator::raw_deleter()`. `None` (the default) means raw allocation is unsupported.

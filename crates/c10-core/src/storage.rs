@@ -32,7 +32,9 @@
 //! [`StorageImpl::set_nbytes`] on a shared storage are themselves race-free.
 //!
 //! Host access ([`StorageImpl::as_bytes`], [`Storage::try_bytes_mut`]) is only given for
-//! [`DeviceType::Cpu`] storages; device bytes cannot be dereferenced on the host.
+//! storages whose bytes are host memory ([`StorageImpl::is_host_accessible`]: a
+//! [`DeviceType::Cpu`] storage, or one whose allocator says so with
+//! [`Allocator::host_accessible`]); device bytes cannot be dereferenced on the host.
 
 use std::fmt;
 use std::sync::{Arc, Weak};
@@ -154,7 +156,19 @@ impl StorageImpl {
         Ok(())
     }
 
-    /// The bytes as a shared slice, for CPU storages; `None` for other devices.
+    /// Whether the bytes are host memory the CPU may read and write through
+    /// [`StorageImpl::data_ptr`]: the storage is on [`DeviceType::Cpu`], or its allocator says so
+    /// ([`Allocator::host_accessible`]).
+    pub fn is_host_accessible(&self) -> bool {
+        self.device.is_cpu()
+            || self
+                .allocator
+                .as_ref()
+                .is_some_and(|allocator| allocator.host_accessible())
+    }
+
+    /// The bytes as a shared slice, for host-accessible storages
+    /// ([`StorageImpl::is_host_accessible`]); `None` for others.
     ///
     /// # Safety
     /// While the returned slice is alive nobody may write to the bytes (through any handle,
@@ -162,16 +176,17 @@ impl StorageImpl {
     /// [`StorageImpl::set_nbytes`] on this storage. As in PyTorch, serialising writers is the
     /// caller's job.
     pub unsafe fn as_bytes(&self) -> Option<&[u8]> {
-        if !self.device.is_cpu() {
+        if !self.is_host_accessible() {
             return None;
         }
         let state = self.state.read();
         if state.nbytes == 0 {
             return Some(&[]);
         }
-        // SAFETY: a CPU storage's data pointer is non-null and valid for `nbytes` host bytes
-        // (allocator / `from_data_ptr` contract) until it is resized or dropped; `&self` keeps it
-        // from being dropped and the caller promises no resize and no writer while the slice lives.
+        // SAFETY: a host-accessible storage's data pointer is non-null and valid for `nbytes`
+        // host bytes (allocator / `from_data_ptr` contract) until it is resized or dropped;
+        // `&self` keeps it from being dropped and the caller promises no resize and no writer
+        // while the slice lives.
         Some(unsafe { std::slice::from_raw_parts(state.data_ptr.get(), state.nbytes) })
     }
 }
@@ -220,7 +235,8 @@ impl Storage {
     ///
     /// # Safety
     /// `data_ptr` must be valid for reads and writes of `nbytes` bytes until it is dropped (null
-    /// only if `nbytes == 0`), and for a CPU device those bytes must be host memory that nothing
+    /// only if `nbytes == 0`), and for a CPU device, or when `allocator` says its bytes are host
+    /// memory ([`Allocator::host_accessible`]), those bytes must be host memory that nothing
     /// outside this storage accesses except through the raw pointer rules of the
     /// [module docs](self); safe code such as [`Storage::try_bytes_mut`] relies on it.
     pub unsafe fn from_data_ptr(
@@ -286,20 +302,22 @@ impl Storage {
     }
 
     /// The bytes as a mutable slice when this handle is the only one (no other [`Storage`] or
-    /// [`WeakStorage`]) and the storage is on the CPU; otherwise `None`. Safe because unique
-    /// ownership of the storage means unique access to its bytes.
+    /// [`WeakStorage`]) and its bytes are host memory ([`StorageImpl::is_host_accessible`]);
+    /// otherwise `None`. Safe because unique ownership of the storage means unique access to its
+    /// bytes.
     pub fn try_bytes_mut(&mut self) -> Option<&mut [u8]> {
         let storage = Arc::get_mut(&mut self.0)?;
-        if !storage.device.is_cpu() {
+        if !storage.is_host_accessible() {
             return None;
         }
         let state = storage.state.get_mut();
         if state.nbytes == 0 {
             return Some(&mut []);
         }
-        // SAFETY: a CPU storage's data pointer is non-null and valid for reads and writes of
-        // `nbytes` host bytes that nothing else reaches (allocator / `from_data_ptr` contract);
-        // `Arc::get_mut` proved this is the only handle, and the slice borrows `self` mutably.
+        // SAFETY: a host-accessible storage's data pointer is non-null and valid for reads and
+        // writes of `nbytes` host bytes that nothing else reaches (allocator / `from_data_ptr`
+        // contract); `Arc::get_mut` proved this is the only handle, and the slice borrows `self`
+        // mutably.
         Some(unsafe { std::slice::from_raw_parts_mut(state.data_ptr.get(), state.nbytes) })
     }
 }

@@ -276,3 +276,76 @@ fn storage_is_send_and_sync() {
     assert_send_sync::<Storage>();
     assert_send_sync::<c10_core::WeakStorage>();
 }
+
+/// A host allocator that tags its bytes with the simulated device `sim:0` and says whether they
+/// are host memory ([`Allocator::host_accessible`]): a user's host-emulated device.
+struct HostSim {
+    host_accessible: bool,
+}
+
+// SAFETY: every data pointer is a `CpuAllocator` allocation (host memory, `nbytes` bytes, its
+// own deleter) re-tagged with `sim:0`, so the bytes are host memory whatever `host_accessible`
+// says; there is no raw deleter.
+unsafe impl Allocator for HostSim {
+    fn allocate(&self, nbytes: usize) -> c10_core::Result<DataPtr> {
+        let mut cpu = CpuAllocator::new().allocate(nbytes)?;
+        let raw = cpu.release_context();
+        // SAFETY: the context and deleter come from a CPU data pointer that has just given them
+        // up, so this is their one owner; the bytes stay valid until the deleter runs.
+        Ok(unsafe { DataPtr::new(cpu.get(), raw.ctx, raw.deleter, Device::sim(0)) })
+    }
+
+    fn device_type(&self) -> DeviceType {
+        DeviceType::Sim
+    }
+
+    fn host_accessible(&self) -> bool {
+        self.host_accessible
+    }
+}
+
+#[test]
+fn the_default_host_accessibility_is_the_cpu_only() {
+    assert!(CpuAllocator::new().host_accessible());
+    struct Meta;
+    // SAFETY: only null data pointers on the meta device; no raw deleter.
+    unsafe impl Allocator for Meta {
+        fn allocate(&self, _nbytes: usize) -> c10_core::Result<DataPtr> {
+            Ok(DataPtr::null(Device::new(DeviceType::Meta, None)))
+        }
+        fn device_type(&self) -> DeviceType {
+            DeviceType::Meta
+        }
+    }
+    assert!(!Meta.host_accessible());
+}
+
+#[test]
+fn an_allocator_that_says_host_memory_gives_host_access_on_any_device() {
+    let host: Arc<dyn Allocator> = Arc::new(HostSim {
+        host_accessible: true,
+    });
+    let mut storage = Storage::new(4, host, true).unwrap();
+    assert_eq!(storage.device(), Device::sim(0));
+    assert!(storage.is_host_accessible());
+    storage
+        .try_bytes_mut()
+        .expect("unique and host memory")
+        .copy_from_slice(&[1, 2, 3, 4]);
+    // A resize goes through the same allocator, so the new bytes are host memory too (shrunk,
+    // so that every byte is initialised).
+    storage.resize(3).unwrap();
+    // SAFETY: no writers while the slice lives; the 3 bytes were copied from initialised ones.
+    let bytes = unsafe { storage.as_bytes() };
+    assert_eq!(bytes, Some(&[1u8, 2, 3][..]));
+
+    // The same bytes behind an allocator that does not say so are refused.
+    let device_only: Arc<dyn Allocator> = Arc::new(HostSim {
+        host_accessible: false,
+    });
+    let mut storage = Storage::new(4, device_only, false).unwrap();
+    assert!(!storage.is_host_accessible());
+    assert!(storage.try_bytes_mut().is_none());
+    // SAFETY: nothing is dereferenced (refused).
+    assert!(unsafe { storage.as_bytes() }.is_none());
+}
