@@ -27,6 +27,8 @@ pub fn ci() -> TaskResult {
     ]);
     run("clippy", clippy)?;
 
+    outside_cudarc()?;
+
     let mut tests = if tool_available("cargo-nextest", &["nextest", "--version"]) {
         let mut c = cargo();
         c.args([
@@ -86,6 +88,25 @@ pub(crate) fn target_dir() -> std::path::PathBuf {
         Some(dir) => std::path::PathBuf::from(dir),
         None => root().join("target"),
     }
+}
+
+/// CI's check that c10-cuda coexists with any cudarc: `tests/outside-cudarc`, a crate outside the
+/// workspace with cudarc's `cuda-13000` and `dynamic-linking` features, must build (`cargo
+/// check`) beside c10-cuda's default features. Run from outside the workspace so that this
+/// workspace's `.cargo/config.toml` (which pins CUDARC_CUDA_VERSION) does not apply, as it would
+/// not for a user.
+fn outside_cudarc() -> TaskResult {
+    let mut check = cargo();
+    check
+        .current_dir(std::env::temp_dir())
+        .args(["check", "--locked", "--manifest-path"])
+        .arg(root().join("tests/outside-cudarc/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", target_dir().join("outside-cudarc"))
+        .env_remove("CUDARC_CUDA_VERSION");
+    run(
+        "outside crate: cudarc cuda-13000 + dynamic-linking beside c10-cuda",
+        check,
+    )
 }
 
 /// One line saying whether the tests that read `../shared/data` ran or were skipped, from the

@@ -23,8 +23,10 @@ use crate::device::{DeviceError, DeviceMemory, DevicePtr, EventId, MemInfo, Stre
 
 mod interop;
 mod ipc;
+mod pinned;
 
 pub use interop::{BufferView, BufferViewMut};
+pub use pinned::CudaPinnedMemory;
 
 /// What [`probe`] found: whether a CUDA driver and at least one device are usable.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,7 +34,7 @@ pub enum Probe {
     /// `libcuda` could not be loaded: no NVIDIA driver is installed (or it is not on the dynamic
     /// loader path).
     NoDriver {
-        /// The library file names that were tried, in order (cudarc's candidate list).
+        /// The library file names that were tried, in order.
         searched: Vec<String>,
     },
     /// The driver loaded and initialized but reports no device (`cuDeviceGetCount` == 0, or
@@ -106,24 +108,14 @@ fn driver_library_name() -> String {
 
 /// Looks for a usable CUDA driver and device without ever panicking.
 ///
-/// Steps: try to `dlopen` the driver library (cudarc's `is_culib_present`), then `cuInit(0)`,
+/// Steps: try to `dlopen` the driver library (`libcuda.so`, `libcuda.so.1`), then `cuInit(0)`,
 /// `cuDeviceGetCount` and `cuDriverGetVersion`. Each call is cheap; the result is not cached, so
 /// it reflects the machine at the time of the call.
 pub fn probe() -> Probe {
-    // SAFETY: `is_culib_present` only tries `dlopen` on cudarc's list of library names and closes
-    // each handle again; it calls no driver function. Loading libcuda runs its initializers, which
-    // is what any CUDA program does.
-    if !unsafe { sys::is_culib_present() } {
-        let mut searched: Vec<String> = Vec::new();
-        for candidate in ["cuda", "nvcuda"]
-            .iter()
-            .flat_map(|name| cudarc::get_lib_name_candidates(name))
-        {
-            if !searched.contains(&candidate) {
-                searched.push(candidate);
-            }
-        }
-        return Probe::NoDriver { searched };
+    if !driver_library_loads() {
+        return Probe::NoDriver {
+            searched: DRIVER_LIBRARIES.iter().map(|s| s.to_string()).collect(),
+        };
     }
     match probe_driver() {
         Ok((0, _)) => Probe::NoDevice,
@@ -136,6 +128,45 @@ pub fn probe() -> Probe {
             Probe::DriverError(format!("{call} failed: {message}"))
         }
     }
+}
+
+/// The driver library's names the probe tries, in order (the development name, then the soname
+/// every NVIDIA driver installs).
+#[cfg(unix)]
+const DRIVER_LIBRARIES: [&str; 2] = ["libcuda.so", "libcuda.so.1"];
+#[cfg(windows)]
+const DRIVER_LIBRARIES: [&str; 1] = ["nvcuda.dll"];
+#[cfg(not(any(unix, windows)))]
+const DRIVER_LIBRARIES: [&str; 0] = [];
+
+/// Whether the driver library can be loaded (`dlopen` of [`DRIVER_LIBRARIES`], closed again).
+/// Checked by hand rather than through cudarc, so that it works in every linking mode cudarc is
+/// built with (run-time loading, or linked, where the library is loaded already).
+#[cfg(unix)]
+fn driver_library_loads() -> bool {
+    DRIVER_LIBRARIES.iter().any(|name| {
+        let Ok(name) = std::ffi::CString::new(*name) else {
+            return false;
+        };
+        // SAFETY: `name` is a valid NUL-terminated string; loading libcuda runs its
+        // initializers, which any CUDA program does; the handle is closed right away (the
+        // library stays loaded while anything else, such as cudarc, holds it).
+        unsafe {
+            let handle = libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+            if handle.is_null() {
+                false
+            } else {
+                libc::dlclose(handle);
+                true
+            }
+        }
+    })
+}
+
+/// Elsewhere the check is left to the driver calls (which the probe guards against panics).
+#[cfg(not(unix))]
+fn driver_library_loads() -> bool {
+    true
 }
 
 /// Whether a CUDA driver and at least one device are usable ([`probe`] is [`Probe::Available`]).

@@ -601,6 +601,7 @@ pub fn is_open_host_range(ptr: DevicePtr, len: usize) -> bool {
 
 /// Runs `f` if `[ptr, ptr + len)` lies inside memory opened from another process, holding the
 /// cache lock so that it stays open meanwhile (the CUDA backend's copies to and from it).
+#[cfg(feature = "cuda")]
 pub(crate) fn with_open_range<R>(ptr: DevicePtr, len: usize, f: impl FnOnce() -> R) -> Option<R> {
     let end = ptr.checked_add(len as u64)?;
     let open = OPEN.lock();

@@ -10,8 +10,10 @@
 //! garbage collection under a memory fraction, expandable segments, and private memory pools
 //! ([`private_pool`]: `torch.cuda.MemPool`, `beginAllocateToPool`). It never touches a
 //! device itself: everything goes through [`device::DeviceMemory`], implemented by
-//! [`sim::SimDevice`] (simulated, address-only or host-backed) and [`cuda::CudaDevice`]
-//! (cudarc's driver API).
+//! [`sim::SimDevice`] (simulated, address-only or host-backed) and `cuda::CudaDevice`
+//! (cudarc's driver API; feature `cuda`, on by default, which forces no CUDA version and no
+//! linking mode on cudarc: see the crate's Cargo.toml). [`DeviceBuffer`] is the RAII handle of
+//! one block, which cudarc's launches and copies take through `cuda::BufferView`.
 //!
 //! Around it: [`CachingAllocator`], the thread-safe multi-device front with free-memory
 //! callbacks, out-of-memory observers and trace trackers ([`observer`]) and c10-core's
@@ -54,6 +56,7 @@ pub mod buffer;
 pub mod call_site;
 pub mod capped;
 pub mod config;
+#[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
 pub mod error;
@@ -84,6 +87,7 @@ mod shared_memory;
 pub mod sim;
 pub mod sizes;
 pub mod snapshot;
+#[cfg(feature = "pickle")]
 pub mod snapshot_pickle;
 pub mod stats;
 pub mod summary;
