@@ -4,6 +4,12 @@
 //! [`DeviceMemory`]. Two implementations exist: [`crate::sim::SimDevice`] (a simulated device for
 //! tests and trace replay) and [`crate::cuda::CudaDevice`] (cudarc's driver API on a real GPU).
 //! This is the shape cubecl uses for its pools (a storage trait tested on the host).
+//!
+//! The trait is object safe (every method takes `&self`, none is generic or returns `Self`),
+//! and `Box<D>` and `Arc<D>` are devices when `D` is, `D = dyn DeviceMemory` included: a
+//! `CachingAllocator<Box<dyn DeviceMemory>>` runs over devices picked at run time.
+
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -173,3 +179,78 @@ pub trait DeviceMemory: Send + Sync {
     /// A range that is not mapped.
     fn unmap(&self, ptr: DevicePtr, size: usize) -> Result<(), DeviceError>;
 }
+
+/// Forwards every [`DeviceMemory`] method of a smart pointer to its target, provided methods
+/// included (so a boxed [`crate::SimDevice`] still reports [`c10_core::DeviceType::Sim`]).
+macro_rules! forward_device_memory {
+    ($($pointer:ident),+) => {$(
+        #[doc = concat!(
+            "Forwards to the pointed-to device, so that a `", stringify!($pointer),
+            "<dyn DeviceMemory>` (a device chosen at run time) runs the caching allocator like ",
+            "the device itself."
+        )]
+        impl<D: DeviceMemory + ?Sized> DeviceMemory for $pointer<D> {
+            fn index(&self) -> u8 {
+                (**self).index()
+            }
+
+            fn device_type(&self) -> c10_core::DeviceType {
+                (**self).device_type()
+            }
+
+            fn mem_get_info(&self) -> Result<MemInfo, DeviceError> {
+                (**self).mem_get_info()
+            }
+
+            fn malloc(&self, size: usize) -> Result<DevicePtr, DeviceError> {
+                (**self).malloc(size)
+            }
+
+            fn free(&self, ptr: DevicePtr, size: usize) -> Result<(), DeviceError> {
+                (**self).free(ptr, size)
+            }
+
+            fn create_event(&self) -> Result<EventId, DeviceError> {
+                (**self).create_event()
+            }
+
+            fn record_event(&self, event: EventId, stream: StreamId) -> Result<(), DeviceError> {
+                (**self).record_event(event, stream)
+            }
+
+            fn query_event(&self, event: EventId) -> Result<bool, DeviceError> {
+                (**self).query_event(event)
+            }
+
+            fn synchronize_event(&self, event: EventId) -> Result<(), DeviceError> {
+                (**self).synchronize_event(event)
+            }
+
+            fn destroy_event(&self, event: EventId) {
+                (**self).destroy_event(event);
+            }
+
+            fn supports_virtual_memory(&self) -> bool {
+                (**self).supports_virtual_memory()
+            }
+
+            fn reserve_address_range(&self, size: usize) -> Result<DevicePtr, DeviceError> {
+                (**self).reserve_address_range(size)
+            }
+
+            fn release_address_range(&self, ptr: DevicePtr, size: usize) -> Result<(), DeviceError> {
+                (**self).release_address_range(ptr, size)
+            }
+
+            fn map(&self, ptr: DevicePtr, size: usize) -> Result<(), DeviceError> {
+                (**self).map(ptr, size)
+            }
+
+            fn unmap(&self, ptr: DevicePtr, size: usize) -> Result<(), DeviceError> {
+                (**self).unmap(ptr, size)
+            }
+        }
+    )+};
+}
+
+forward_device_memory!(Box, Arc);

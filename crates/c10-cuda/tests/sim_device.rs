@@ -136,3 +136,85 @@ fn events_complete_under_test_control_and_on_synchronize() {
     sim.destroy_event(e3);
     assert!(sim.query_event(e3).is_err());
 }
+
+#[test]
+fn boxed_devices_of_different_types_run_one_front() {
+    use std::sync::Arc;
+
+    use c10_core::{Allocator as _, Device};
+    use c10_cuda::{CachingAllocator, CappedDevice};
+
+    // Two devices picked at run time: a plain simulated device and a capped one.
+    let sim0 = SimDevice::host_backed(0, 64 * MIB);
+    let sim1 = SimDevice::host_backed(1, 64 * MIB);
+    let devices: Vec<Box<dyn DeviceMemory>> = vec![
+        Box::new(sim0.clone()),
+        Box::new(CappedDevice::new(sim1.clone(), 4 * MIB)),
+    ];
+    let front = Arc::new(CachingAllocator::new(devices, AllocatorConfig::default()).unwrap());
+    // The provided `device_type` is forwarded: the boxes are still simulated devices.
+    let a0 = front.allocator(0).unwrap();
+    let a1 = front.allocator(1).unwrap();
+    let d0 = a0.allocate(3000).unwrap();
+    let d1 = a1.allocate(3000).unwrap();
+    assert_eq!((d0.device(), d1.device()), (Device::sim(0), Device::sim(1)));
+    assert_eq!(
+        front.memory_stats(0).unwrap()["allocated_bytes.all.current"],
+        3072
+    );
+    assert_eq!(sim0.used_bytes(), 2 * MIB);
+    assert_eq!(sim1.used_bytes(), 2 * MIB);
+    // The cap of the boxed CappedDevice holds: 3 MiB needs a 20 MiB large-pool segment, over
+    // its 4 MiB; the uncapped device gives it (dropped at once, cached).
+    assert!(a1.allocate(3 * MIB).is_err());
+    assert!(a0.allocate(3 * MIB).is_ok());
+    assert_eq!(sim0.used_bytes(), 22 * MIB);
+    assert_eq!(sim1.used_bytes(), 2 * MIB);
+    drop((d0, d1));
+    front.empty_cache().unwrap();
+    assert_eq!((sim0.used_bytes(), sim1.used_bytes()), (0, 0));
+}
+
+#[test]
+fn an_arc_device_is_the_device_shared() {
+    use std::sync::Arc;
+
+    let sim = SimDevice::host_backed(3, 256 * MIB);
+    let shared: Arc<SimDevice> = Arc::new(sim.clone());
+    let config: AllocatorConfig = "expandable_segments:True".parse().unwrap();
+    let mut alloc = DeviceCachingAllocator::new(Arc::clone(&shared), config).unwrap();
+    // Expandable segments go through the forwarded virtual-memory calls.
+    let a = alloc.malloc(30 * MIB, StreamId::DEFAULT).unwrap();
+    assert_eq!(shared.mapped_pages().len(), 2);
+    alloc.free(a.ptr).unwrap();
+    alloc.empty_cache().unwrap();
+    assert!(sim.mapped_pages().is_empty());
+    alloc.check_invariants().unwrap();
+
+    // Every call answers as the device's own, through Arc and through Box<dyn>.
+    let boxed: Box<dyn DeviceMemory> = Box::new(sim.clone());
+    for device in [&shared as &dyn DeviceMemory, &boxed] {
+        assert_eq!(device.index(), 3);
+        assert_eq!(device.device_type(), c10_core::DeviceType::Sim);
+        assert!(device.supports_virtual_memory());
+        assert_eq!(device.mem_get_info().unwrap(), sim.mem_get_info().unwrap());
+        let seg = device.malloc(2 * MIB).unwrap();
+        assert_eq!(sim.used_bytes(), 2 * MIB);
+        device.free(seg, 2 * MIB).unwrap();
+        let range = device.reserve_address_range(20 * MIB).unwrap();
+        device.map(range, 20 * MIB).unwrap();
+        assert_eq!(sim.used_bytes(), 20 * MIB);
+        device.unmap(range, 20 * MIB).unwrap();
+        device.release_address_range(range, 20 * MIB).unwrap();
+        let stream = sim.new_stream();
+        let event = device.create_event().unwrap();
+        device.record_event(event, stream).unwrap();
+        assert!(!device.query_event(event).unwrap());
+        sim.complete_stream(stream);
+        assert!(device.query_event(event).unwrap());
+        device.synchronize_event(event).unwrap();
+        device.destroy_event(event);
+        assert!(device.query_event(event).is_err());
+        assert_eq!(sim.used_bytes(), 0);
+    }
+}
