@@ -204,20 +204,44 @@ fn job_without_failures(snap: &Snapshot, device: usize) -> Snapshot {
 pub fn explain(snap: &Snapshot, file: &str, opts: &ExplainOptions) -> Result<Explanation, Error> {
     let mut unknown = Vec::new();
     let device = snap.main_device();
-    let oom = device.and_then(|d| {
+    // The first `oom` entry of the history, else of any trace (a dump taken at the OOM may
+    // carry its `oom` entry and nothing else).
+    let first_oom = |d: usize| {
         snap.traces[d]
             .iter()
             .position(|e| e.action == TraceAction::Oom)
             .map(|k| (d, k))
-    });
+    };
+    let oom = device
+        .and_then(first_oom)
+        .or_else(|| (0..snap.traces.len()).find_map(first_oom));
     let (moment, segs, request, top_sites, advice) = match oom {
         Some((d, k)) => {
             let e = &snap.traces[d][k];
-            let opts_replay = ReplayOptions {
-                until_event: Some(k),
-                ..ReplayOptions::new(snap.config(), crate::session::DEFAULT_DEVICE_MEMORY, false)
+            let (segs, live, reserved) = if crate::model::is_history(&snap.traces[d]) {
+                let opts_replay = ReplayOptions {
+                    until_event: Some(k),
+                    ..ReplayOptions::new(
+                        snap.config(),
+                        crate::session::DEFAULT_DEVICE_MEMORY,
+                        false,
+                    )
+                };
+                let outcome = replay(snap, d, &opts_replay, &mut |_, _| {})?;
+                let live =
+                    top_sites::live_at(snap, d, k.saturating_sub(1), outcome.start.as_deref());
+                let reserved: u64 = outcome.snapshot.segments.iter().map(|s| s.total_size).sum();
+                (from_ours(&outcome.snapshot), live, reserved)
+            } else {
+                // No history: the dump is the moment of the OOM.
+                let dev = snap.segments.first().map_or(0, |s| s.device);
+                let reserved = snap.reserved_bytes();
+                (
+                    from_dump(snap),
+                    top_sites::live_in_dump(snap, dev),
+                    reserved,
+                )
             };
-            let outcome = replay(snap, d, &opts_replay, &mut |_, _| {})?;
             let request = FailedRequest {
                 event_index: k,
                 size: e.size,
@@ -225,9 +249,7 @@ pub fn explain(snap: &Snapshot, file: &str, opts: &ExplainOptions) -> Result<Exp
                 pool: pool_name(e.size as usize <= SMALL_SIZE),
                 device_free: e.addr,
             };
-            let live = top_sites::live_at(snap, d, k.saturating_sub(1), outcome.start.as_deref());
             let sites = top_sites::top_sites(&live, opts.top, Grouping::TopFrame);
-            let reserved: u64 = outcome.snapshot.segments.iter().map(|s| s.total_size).sum();
             let device_memory = reserved + e.addr;
             let job = job_without_failures(snap, d);
             let advice = advise(
@@ -239,13 +261,7 @@ pub fn explain(snap: &Snapshot, file: &str, opts: &ExplainOptions) -> Result<Exp
                     ..AdviseOptions::default()
                 },
             )?;
-            (
-                "oom_entry",
-                from_ours(&outcome.snapshot),
-                Some(request),
-                Some(sites),
-                Some(advice),
-            )
+            ("oom_entry", segs, Some(request), Some(sites), Some(advice))
         }
         None => {
             unknown.push(

@@ -117,21 +117,41 @@ pub struct FormatNotes {
     pub blocks_without_address: bool,
 }
 
+/// Whether a trace is a memory history: it records at least one allocation or free request.
+/// Entries of other kinds alone (a `snapshot` marker, a stray `oom` or segment entry) leave
+/// nothing to replay.
+pub fn is_history(trace: &[RecordedEvent]) -> bool {
+    trace
+        .iter()
+        .any(|e| matches!(e.action, TraceAction::Alloc | TraceAction::FreeRequested))
+}
+
 impl Snapshot {
-    /// The index of the device whose trace is the longest (the one to replay), if any trace
-    /// has events.
+    /// The index of the device whose trace is the longest (the one to replay), among the
+    /// traces that are a history ([`is_history`]).
     pub fn main_device(&self) -> Option<usize> {
         self.traces
             .iter()
             .enumerate()
-            .filter(|(_, t)| t.iter().any(|e| e.action != TraceAction::Snapshot))
+            .filter(|(_, t)| is_history(t))
             .max_by_key(|(_, t)| t.len())
             .map(|(i, _)| i)
     }
 
-    /// Whether any device has history beyond `snapshot` entries.
+    /// Whether any device has a history ([`is_history`]).
     pub fn has_history(&self) -> bool {
         self.main_device().is_some()
+    }
+
+    /// Trace entries other than `snapshot` in traces that are no history (a state-only file
+    /// with a stray `oom` or segment entry): they are not replayed.
+    pub fn stray_entries(&self) -> usize {
+        self.traces
+            .iter()
+            .filter(|t| !is_history(t))
+            .flatten()
+            .filter(|e| e.action != TraceAction::Snapshot)
+            .count()
     }
 
     /// The allocator configuration the run used (the default when not recorded).

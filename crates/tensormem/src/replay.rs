@@ -296,7 +296,7 @@ pub fn replay(
     let events = snapshot
         .traces
         .get(device)
-        .filter(|t| t.iter().any(|e| e.action != TraceAction::Snapshot))
+        .filter(|t| crate::model::is_history(t))
         .ok_or(ReplayError::NoHistory)?;
     let sim = SimDevice::address_only(device as u8, opts.capacity).with_auto_complete(true);
     let alloc = DeviceCachingAllocator::with_rules(sim.clone(), opts.config.clone(), opts.rules)?;

@@ -350,13 +350,16 @@ impl ReplayReport {
     pub fn json(&self, snap: &Snapshot) -> Json {
         match self {
             ReplayReport::StateOnly(s) => {
+                let recorded = matches!(snap.settings, crate::model::RecordedSettings::Recorded(_));
                 let mut doc = serde_json::json!({
                     "file": s.file,
                     "state_only": true,
                     "segments": snap.segments.len(),
                     "reserved_bytes": snap.reserved_bytes(),
                     "allocated_bytes": snap.allocated_bytes(),
-                    "memory_stats": s.stats.memory_stats(),
+                    "stray_trace_entries": snap.stray_entries(),
+                    "memory_stats": state::state_memory_stats(&s.stats, recorded),
+                    "unknown": state::UNKNOWN_IN_STATE,
                 });
                 if let Some(top) = &s.top {
                     doc["top_sites"] = serde_json::to_value(top).unwrap_or_default();
@@ -388,17 +391,28 @@ impl ReplayReport {
         match self {
             ReplayReport::StateOnly(s) => {
                 out.push_str(&report::describe_file(&s.file, snap, None));
+                let stray = snap.stray_entries();
+                if stray > 0 {
+                    let _ = writeln!(
+                        out,
+                        "  {stray} trace entr{} without any allocation or free: not a history, not replayed",
+                        if stray == 1 { "y" } else { "ies" }
+                    );
+                }
                 out.push_str(
-                    "  state only: no history to replay; the dump's state as memory_summary() reports it:\n\n",
+                    "  state only: no history to replay; the dump's state as memory_summary() reports it \
+                     (the current values; a dump cannot give the rest):\n\n",
                 );
-                out.push_str(&c10_cuda::summary::memory_summary(
-                    s.device, &s.stats, false,
-                ));
+                out.push_str(&state::state_summary(s.device, &s.stats));
                 if let Some(top) = &s.top {
                     out.push_str(&report::top_sites_text(
                         "holding the dump's allocated blocks",
                         top,
                     ));
+                }
+                let _ = writeln!(out, "\nUnknown from this snapshot:");
+                for u in state::UNKNOWN_IN_STATE {
+                    let _ = writeln!(out, "  - {u}");
                 }
             }
             ReplayReport::Replayed(r) => {

@@ -107,7 +107,8 @@ impl Format {
     };
 }
 
-const MIB: i64 = 1 << 20;
+/// Bytes in a MiB.
+pub const MIB: i64 = 1 << 20;
 /// The recorded segments: a small one, a 20 MiB large one, a 40 MiB large one.
 pub const SMALL_SEG: i64 = 0x7f00_0000_0000;
 /// The 20 MiB segment's address.

@@ -1,0 +1,125 @@
+//! What a state-only snapshot cannot tell is said, never printed as 0 (issue 31): a dump with
+//! a stray trace entry is no history (advise refuses it, replay summarizes the state), the
+//! figures only a history gives are `unknown` in text and `null` in JSON, and explain uses a
+//! stray `oom` entry for the request it records.
+
+mod common;
+
+use common::{Format, MIB, Scratch, shared_snapshot, stderr, success, synthetic_value, tensormem};
+use serde_json::Value as Json;
+use tensormem_pickle::Value;
+
+/// The synthetic dump with its history replaced by one `oom` entry: a request of 40 MiB that
+/// failed with 10 MiB free on the device.
+fn dump_with_a_stray_oom_entry() -> Scratch {
+    let v = synthetic_value(Format::MODERN);
+    let pairs: Vec<(Value, Value)> = v
+        .as_dict()
+        .expect("a dict")
+        .iter()
+        .map(|(k, val)| {
+            if k.as_str() == Some("device_traces") {
+                let oom = Value::dict(vec![
+                    (Value::str("action"), Value::str("oom")),
+                    (Value::str("device_free"), Value::Int(10 * MIB)),
+                    (Value::str("size"), Value::Int(40 * MIB)),
+                    (Value::str("stream"), Value::Int(0)),
+                ]);
+                (k.clone(), Value::list(vec![Value::list(vec![oom])]))
+            } else {
+                (k.clone(), val.clone())
+            }
+        })
+        .collect();
+    let dir = Scratch::new("stray");
+    dir.write(
+        "stray.pickle",
+        &tensormem_pickle::encode(&Value::dict(pairs)),
+    );
+    dir
+}
+
+#[test]
+fn a_stray_entry_is_no_history_for_advise() {
+    let dir = dump_with_a_stray_oom_entry();
+    let o = tensormem(dir.path(), &["advise", "stray.pickle"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o),
+        "tensormem: error: advise: stray.pickle holds state only (no memory history to replay)\n"
+    );
+    let o = tensormem(dir.path(), &["replay", "stray.pickle", "--from-empty"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn a_state_only_replay_says_what_it_cannot_know() {
+    let dir = dump_with_a_stray_oom_entry();
+    let text = success(&tensormem(dir.path(), &["replay", "stray.pickle"]));
+    assert!(text.contains("1 trace entry without any allocation or free: not a history"));
+    assert!(text.contains("CUDA OOMs: unknown"), "{text}");
+    assert!(!text.contains("CUDA OOMs: 0"), "{text}");
+    insta::assert_snapshot!("state_only_with_a_stray_entry", text);
+    let doc: Json = serde_json::from_str(&success(&tensormem(
+        dir.path(),
+        &["replay", "stray.pickle", "--json"],
+    )))
+    .expect("json");
+    assert_eq!(doc["state_only"], true);
+    assert_eq!(doc["stray_trace_entries"], 1);
+    let stats = &doc["memory_stats"];
+    for key in [
+        "num_ooms",
+        "num_alloc_retries",
+        "num_device_alloc",
+        "allocated_bytes.all.peak",
+        "allocation.all.allocated",
+    ] {
+        assert!(stats[key].is_null(), "{key}: {}", stats[key]);
+    }
+    assert_eq!(stats["reserved_bytes.all.current"], 62 * MIB);
+    assert!(!doc["unknown"].as_array().unwrap().is_empty());
+}
+
+/// The shared snapshot taken at an OOM: its OOM count is unknown, not 0.
+#[test]
+fn the_at_oom_dump_does_not_claim_zero_ooms() {
+    let Some(path) = shared_snapshot("opt1.3b_inference_at_oom_state.pickle") else {
+        return;
+    };
+    let dir = Scratch::new("at-oom");
+    let doc: Json = serde_json::from_str(&success(&tensormem(
+        dir.path(),
+        &["replay", path.to_str().unwrap(), "--json"],
+    )))
+    .expect("json");
+    assert!(doc["memory_stats"]["num_ooms"].is_null());
+    assert_eq!(
+        doc["memory_stats"]["allocated_bytes.all.current"].as_u64(),
+        doc["allocated_bytes"].as_u64()
+    );
+    let text = success(&tensormem(dir.path(), &["replay", path.to_str().unwrap()]));
+    assert!(text.contains("CUDA OOMs: unknown"));
+}
+
+/// A dump whose only trace entry is its `oom`: explain reports the recorded request against the
+/// dump's state, and the advice replays the dump's live blocks plus the failed request.
+#[test]
+fn explain_uses_a_stray_oom_entry() {
+    let dir = dump_with_a_stray_oom_entry();
+    let doc: Json = serde_json::from_str(&success(&tensormem(
+        dir.path(),
+        &["explain", "stray.pickle", "--json"],
+    )))
+    .expect("json");
+    assert_eq!(doc["moment"], "oom_entry");
+    assert_eq!(doc["request"]["size"], 40 * MIB);
+    assert_eq!(doc["request"]["device_free"], 10 * MIB);
+    assert_eq!(doc["reserved_bytes"], 62 * MIB);
+    let advice = &doc["advice"];
+    assert_eq!(advice["mode"], "whole job");
+    assert_eq!(advice["start_blocks"], 4);
+    assert_eq!(advice["device_memory_bytes"], 72 * MIB);
+    let text = success(&tensormem(dir.path(), &["explain", "stray.pickle"]));
+    insta::assert_snapshot!("explain_a_stray_oom_entry", text);
+}
