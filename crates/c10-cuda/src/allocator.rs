@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::block::{Block, BlockArena, BlockId, BlockPool, SizeKey};
-use crate::config::AllocatorConfig;
+use crate::config::{AllocatorConfig, ConfigWarning};
 use crate::device::{DeviceError, DeviceMemory, DevicePtr, EventId, StreamId};
 use crate::error::{Error, Result};
 use crate::expandable::ExpandableSegment;
@@ -16,6 +16,7 @@ use crate::history::{Clock, History, TraceAction, TraceEntry};
 use crate::oom::OutOfMemoryError;
 use crate::private_pool::{MISSING_POOL, PrivatePools};
 use crate::ptr_map::PtrMap;
+use crate::reconfigure::fit_to_device;
 use crate::rules::Rules;
 use crate::sizes::{get_allocation_size, is_small, round_size, should_split};
 use crate::stats::{DeviceStats, StatType, decrease, increase};
@@ -65,7 +66,8 @@ pub struct DeviceCachingAllocator<D: DeviceMemory> {
     pub(crate) expandable_segments: Vec<Option<ExpandableSegment>>,
     pub(crate) history: History,
     pub(crate) device_total: usize,
-    pub(crate) warnings: Vec<String>,
+    /// The warnings of the configuration in force ([`DeviceCachingAllocator::warnings`]).
+    pub(crate) warnings: Vec<ConfigWarning>,
     /// The PyTorch version's rules and the deliberate fixes, fixed at construction.
     pub(crate) rules: Rules,
     /// Whether new segments take a registration counter ([`Rules`]: torch 2.15 orders equal-size
@@ -145,21 +147,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     ///
     /// A `per_process_memory_fraction` in the config is applied at once. When the config asks
     /// for expandable segments and the device has no virtual memory management, expandable
-    /// segments are turned off and a warning is kept ([`DeviceCachingAllocator::warnings`]),
-    /// as PyTorch does.
+    /// segments are turned off, as PyTorch does; that and the config's own notes are kept in
+    /// [`DeviceCachingAllocator::warnings`].
     ///
     /// # Errors
     /// [`Error::Device`] when the device cannot report its memory.
     pub fn with_rules(device: D, mut config: AllocatorConfig, rules: Rules) -> Result<Self> {
         let info = device.mem_get_info()?;
-        let mut warnings = Vec::new();
-        if config.expandable_segments && !device.supports_virtual_memory() {
-            config.expandable_segments = false;
-            warnings.push(format!(
-                "expandable_segments not supported on device {}: using regular segments",
-                device.index()
-            ));
-        }
+        let warnings = fit_to_device(&mut config, &device);
         let mut stats = DeviceStats {
             max_split_size: config.max_split_size.map(|v| v as u64),
             torch: rules.version,
@@ -207,8 +202,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.rules
     }
 
-    /// Warnings about the configuration (e.g. expandable segments unavailable).
-    pub fn warnings(&self) -> &[String] {
+    /// The warnings of the configuration in force, the crate's one warnings channel
+    /// ([`ConfigWarning`]): the device-dependent ones (expandable segments unavailable) followed
+    /// by [`AllocatorConfig::validate_warnings`] of the configuration as applied (so a note
+    /// about expandable segments that were turned off does not appear). Set by the constructor,
+    /// replaced by every successful [`DeviceCachingAllocator::set_config`]; nothing is printed.
+    pub fn warnings(&self) -> &[ConfigWarning] {
         &self.warnings
     }
 

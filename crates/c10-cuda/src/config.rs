@@ -238,10 +238,26 @@ pub enum ConfigError {
     },
 }
 
-/// A combination of settings that parses but deserves a note
-/// ([`AllocatorConfig::validate_warnings`]).
+/// A note about a configuration: a combination of settings that parses but may not do what was
+/// meant, or a setting the device cannot honour.
+///
+/// This is the crate's one warnings channel. [`AllocatorConfig::validate_warnings`] gives the
+/// notes that depend on the configuration alone; an allocator keeps those of the configuration
+/// it actually runs with, together with the device-dependent ones
+/// ([`ConfigWarning::ExpandableSegmentsUnsupported`]), in
+/// [`crate::DeviceCachingAllocator::warnings`], set at construction and by every
+/// `set_config`. Nothing is printed: a caller shows them as it likes (`Display` gives one
+/// line).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum ConfigWarning {
+    /// `expandable_segments:True` on a device without virtual memory management: the allocator
+    /// turned expandable segments off and uses regular segments, as PyTorch does (which warns
+    /// "expandable_segments not supported on this platform").
+    ExpandableSegmentsUnsupported {
+        /// The device index.
+        device: u8,
+    },
     /// `garbage_collection_threshold` is set but no `per_process_memory_fraction` is: the
     /// threshold is a fraction of the allowed memory, so without a cap it never triggers.
     /// PyTorch ignores it silently (pytorch#106660); a fraction set later at run time
@@ -268,6 +284,10 @@ pub enum ConfigWarning {
 impl fmt::Display for ConfigWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            ConfigWarning::ExpandableSegmentsUnsupported { device } => write!(
+                f,
+                "expandable_segments not supported on device {device}: using regular segments"
+            ),
             ConfigWarning::GcThresholdWithoutMemoryFraction { threshold } => write!(
                 f,
                 "garbage_collection_threshold:{threshold} has no effect without a per-process \
@@ -973,7 +993,9 @@ impl AllocatorConfig {
     }
 
     /// Notes about combinations that parse but may not do what was meant (see
-    /// [`ConfigWarning`]). Empty for the default configuration.
+    /// [`ConfigWarning`]; never [`ConfigWarning::ExpandableSegmentsUnsupported`], which needs a
+    /// device). Empty for the default configuration. An allocator records these for the
+    /// configuration it runs with in [`crate::DeviceCachingAllocator::warnings`].
     pub fn validate_warnings(&self) -> Vec<ConfigWarning> {
         let mut warnings = Vec::new();
         if self.gc_enabled() && self.per_process_memory_fraction.is_none() {

@@ -2,7 +2,7 @@
 //! `torch.cuda.memory._set_allocator_settings`, restricted).
 
 use crate::allocator::DeviceCachingAllocator;
-use crate::config::AllocatorConfig;
+use crate::config::{AllocatorConfig, ConfigWarning};
 use crate::device::DeviceMemory;
 use crate::error::{Error, Result};
 
@@ -15,9 +15,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// Replaces the configuration, as PyTorch's `_set_allocator_settings` (and
     /// `CUDAAllocatorConfig::setAllocatorSettings`) does, and as [`Self::new`] applies one:
-    /// expandable segments fall back to regular ones (with a warning) on a device without
-    /// virtual memory management, and `per_process_memory_fraction` sets the memory fraction
-    /// (its absence clears one).
+    /// expandable segments fall back to regular ones on a device without virtual memory
+    /// management, `per_process_memory_fraction` sets the memory fraction (its absence clears
+    /// one), and [`Self::warnings`] become those of the new configuration.
     ///
     /// Unlike PyTorch, which applies new settings at once to an allocator holding memory (so
     /// that blocks made under the old rules, e.g. an oversize threshold, are counted under the
@@ -37,13 +37,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 blocks: self.blocks.iter().count(),
             });
         }
-        if config.expandable_segments && !self.device.supports_virtual_memory() {
-            config.expandable_segments = false;
-            self.warnings.push(format!(
-                "expandable_segments not supported on device {}: using regular segments",
-                self.device.index()
-            ));
-        }
+        self.warnings = fit_to_device(&mut config, &self.device);
         let fraction = config.per_process_memory_fraction;
         self.stats.max_split_size = config.max_split_size.map(|v| v as u64);
         self.config = config;
@@ -53,4 +47,22 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         Ok(())
     }
+}
+
+/// Turns off what `device` cannot do in `config` (expandable segments without virtual memory
+/// management, as PyTorch does) and returns the warnings of the configuration as applied: the
+/// device-dependent ones, then [`AllocatorConfig::validate_warnings`].
+pub(crate) fn fit_to_device<D: DeviceMemory + ?Sized>(
+    config: &mut AllocatorConfig,
+    device: &D,
+) -> Vec<ConfigWarning> {
+    let mut warnings = Vec::new();
+    if config.expandable_segments && !device.supports_virtual_memory() {
+        config.expandable_segments = false;
+        warnings.push(ConfigWarning::ExpandableSegmentsUnsupported {
+            device: device.index(),
+        });
+    }
+    warnings.extend(config.validate_warnings());
+    warnings
 }

@@ -1,7 +1,7 @@
 //! Changing the configuration of a live allocator (`set_config`, PyTorch's
 //! `_set_allocator_settings`), which we allow only while it holds no memory.
 
-use c10_cuda::config::{AllocatorConfig, MIB};
+use c10_cuda::config::{AllocatorConfig, ConfigWarning, MIB};
 use c10_cuda::device::StreamId;
 use c10_cuda::{CachingAllocator, DeviceCachingAllocator, Error, SimDevice};
 
@@ -83,8 +83,57 @@ fn expandable_segments_fall_back_without_virtual_memory() {
     assert!(!a.config().expandable_segments);
     assert_eq!(
         a.warnings(),
-        ["expandable_segments not supported on device 0: using regular segments"]
+        [ConfigWarning::ExpandableSegmentsUnsupported { device: 0 }]
     );
+    assert_eq!(
+        a.warnings()[0].to_string(),
+        "expandable_segments not supported on device 0: using regular segments"
+    );
+}
+
+/// One channel: the allocator's warnings are the device's notes, then the config's own
+/// (`validate_warnings`) for the configuration as applied; `set_config` replaces them.
+#[rstest::rstest]
+#[case::default("", true, vec![])]
+#[case::gc_without_fraction(
+    "garbage_collection_threshold:0.6",
+    true,
+    vec![ConfigWarning::GcThresholdWithoutMemoryFraction { threshold: 0.6 }]
+)]
+#[case::expandable_with_split_size(
+    "expandable_segments:True,max_split_size_mb:40",
+    true,
+    vec![ConfigWarning::ExpandableSegmentsWithMaxSplitSize { max_split_size: 40 * MIB }]
+)]
+// Expandable segments are turned off on this device, so the note about them and
+// max_split_size_mb does not apply any more.
+#[case::expandable_unsupported(
+    "expandable_segments:True,max_split_size_mb:40",
+    false,
+    vec![ConfigWarning::ExpandableSegmentsUnsupported { device: 2 }]
+)]
+#[case::both(
+    "expandable_segments:True,garbage_collection_threshold:0.5",
+    false,
+    vec![
+        ConfigWarning::ExpandableSegmentsUnsupported { device: 2 },
+        ConfigWarning::GcThresholdWithoutMemoryFraction { threshold: 0.5 },
+    ]
+)]
+fn the_allocator_keeps_the_warnings_of_the_applied_configuration(
+    #[case] config: &str,
+    #[case] virtual_memory: bool,
+    #[case] expected: Vec<ConfigWarning>,
+) {
+    let device = || SimDevice::address_only(2, 8 << 30).with_virtual_memory(virtual_memory);
+    let a = DeviceCachingAllocator::new(device(), conf(config)).unwrap();
+    assert_eq!(a.warnings(), expected);
+    // The same through set_config, which replaces what the previous configuration left.
+    let mut b =
+        DeviceCachingAllocator::new(device(), conf("garbage_collection_threshold:0.9")).unwrap();
+    assert_eq!(b.warnings().len(), 1);
+    b.set_config(conf(config)).unwrap();
+    assert_eq!(b.warnings(), expected);
 }
 
 /// The front changes every device or none.
