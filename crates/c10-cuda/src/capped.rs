@@ -154,4 +154,8 @@ impl<D: DeviceMemory> DeviceMemory for CappedDevice<D> {
         self.forget(ptr);
         Ok(())
     }
+
+    fn synchronize_stream(&self, stream: StreamId) -> Result<(), DeviceError> {
+        self.inner.synchronize_stream(stream)
+    }
 }

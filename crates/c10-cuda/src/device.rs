@@ -178,6 +178,22 @@ pub trait DeviceMemory: Send + Sync {
     /// # Errors
     /// A range that is not mapped.
     fn unmap(&self, ptr: DevicePtr, size: usize) -> Result<(), DeviceError>;
+
+    /// Waits for the work queued on `stream` so far (`cudaStreamSynchronize`): what PyTorch's
+    /// expandable segments do before they unmap pages of a segment, on the segment's stream
+    /// (`ExpandableSegment::unmapHandles`). Events recorded on `stream` before it are complete
+    /// afterwards, also those of blocks the unmapping has nothing to do with. The allocator
+    /// calls it once per unmapped range, before the [`DeviceMemory::unmap`] calls.
+    ///
+    /// The default does nothing: for a backend whose [`DeviceMemory::unmap`] waits by itself
+    /// (ours synchronizes the context) or a simulation whose events complete at once.
+    ///
+    /// # Errors
+    /// A driver failure.
+    fn synchronize_stream(&self, stream: StreamId) -> Result<(), DeviceError> {
+        let _ = stream;
+        Ok(())
+    }
 }
 
 /// Forwards every [`DeviceMemory`] method of a smart pointer to its target, provided methods

@@ -57,13 +57,15 @@ impl ExpandableSegment {
         Ok((self.page_ptr(begin), (end - begin) * self.page))
     }
 
-    /// Unmaps the pages wholly inside `[ptr, ptr + size)`; returns the unmapped range (size 0
-    /// when no whole page lies inside).
+    /// Unmaps the pages wholly inside `[ptr, ptr + size)`, after waiting for `stream` (the
+    /// segment's, as PyTorch's `ExpandableSegment::unmapHandles` does); returns the unmapped
+    /// range (size 0 when no whole page lies inside).
     fn unmap<D: DeviceMemory>(
         &mut self,
         device: &D,
         ptr: DevicePtr,
         size: usize,
+        stream: StreamId,
     ) -> Result<(DevicePtr, usize)> {
         let off = (ptr - self.base) as usize;
         let begin = off.div_ceil(self.page);
@@ -71,6 +73,7 @@ impl ExpandableSegment {
         if begin >= end {
             return Ok((ptr, 0));
         }
+        device.synchronize_stream(stream)?;
         for i in begin..end {
             debug_assert!(self.mapped[i], "unmapping an unmapped page");
             device.unmap(self.page_ptr(i), self.page)?;
@@ -367,7 +370,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let segment = self.expandable_segments[seg as usize]
             .as_mut()
             .expect("live expandable segment");
-        let (uptr, usize_) = segment.unmap(&self.device, ptr, size)?;
+        let (uptr, usize_) = segment.unmap(&self.device, ptr, size, stream)?;
         if usize_ == 0 {
             return Ok(id);
         }

@@ -12,9 +12,11 @@
 //! - event records and event synchronizations as a multiset per step, sorted by stream (PyTorch
 //!   keeps streams in hash sets, so its order across streams is arbitrary), with the number of
 //!   records each synchronization completed;
-//! - the `cudaStreamSynchronize` PyTorch makes before unmapping pages is not compared (every
-//!   event was synchronized before any unmap, so it completes nothing the script can see; our
-//!   CUDA backend waits in its unmap instead).
+//! - the `cudaStreamSynchronize` PyTorch makes before unmapping pages is not compared (our CUDA
+//!   backend waits in its unmap instead); its effect is: our allocator makes the same call
+//!   ([`c10_cuda::device::DeviceMemory::synchronize_stream`]) and the fake completes the
+//!   stream's events as the oracle's does, which matters when not every event was synchronized
+//!   first (a pool-scoped `empty_cache P` syncs only the pool's events, issue 29).
 //!
 //! One more thing depends on an order PyTorch does not define: when frees waiting for events
 //! on several streams complete in one step, PyTorch walks its per-stream event queues in the

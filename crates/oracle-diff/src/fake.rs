@@ -445,6 +445,15 @@ impl DeviceMemory for FakeCuda {
         Ok(())
     }
 
+    /// As the oracle's fake `cudaStreamSynchronize`: every event recorded on the stream so far
+    /// completes (not logged: the comparison leaves these calls out).
+    fn synchronize_stream(&self, stream: StreamId) -> Result<(), DeviceError> {
+        let mut s = self.state.lock();
+        let st = s.streams.entry(State::stream_id(stream)).or_default();
+        st.done = st.recorded;
+        Ok(())
+    }
+
     fn unmap(&self, ptr: DevicePtr, size: usize) -> Result<(), DeviceError> {
         let mut s = self.state.lock();
         let size64 = size as u64;
