@@ -24,7 +24,22 @@ pub enum Outcome {
     Deliberate(Vec<&'static str>),
     /// A real divergence.
     Diverge(Divergence),
+    /// PyTorch cannot be compared from some op on: it goes on with memory it freed (the named
+    /// defect, see [`PYTORCH_DEFECTS`]); everything before agreed.
+    PytorchDefect(&'static str),
 }
+
+/// The PyTorch defects a campaign counts instead of divergences, with what PyTorch does
+/// (each read in PyTorch's source, c10/cuda/CUDACachingAllocator.cpp).
+pub const PYTORCH_DEFECTS: &[(&str, &str)] = &[(
+    "erased-pool-with-live-blocks",
+    "release_cached_blocks erases a freeable private pool from graph_pools once its \
+     cudaMalloc_count is 0 (`if (it->second->cudaMalloc_count == 0) { ... \
+     graph_pools.erase(it->first); ... }`), which with expandable segments happens while blocks \
+     of the pool are still allocated; freeing such a block or taking a snapshot then goes \
+     through the erased PrivatePool (block->pool): a crash (SIGSEGV) or segments missing from \
+     the snapshot",
+)];
 
 /// Checks `script` against the oracle's output `theirs` under `version`'s rules.
 ///

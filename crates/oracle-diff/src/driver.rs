@@ -32,6 +32,10 @@ pub enum DriverError {
     /// The allocator could not be created.
     #[error("creating the allocator: {0}")]
     Allocator(Error),
+    /// The script's private-pool calls are not ones a PyTorch program can make
+    /// ([`crate::api::check`]): neither side runs it.
+    #[error("not a script a PyTorch program can produce: {0}")]
+    NotProducible(#[from] crate::api::ApiError),
 }
 
 /// `strtoull` with a one-letter binary suffix, as the fake reads `FAKECUDA_*` sizes.
@@ -93,8 +97,30 @@ pub fn alloc_config(script: &Script, rules: Rules) -> Result<AllocatorConfig, Dr
 /// (device calls included, `final` last; stats with every pool, as `--full-stats`).
 ///
 /// # Errors
-/// [`DriverError`] when the script's configuration cannot be used.
+/// [`DriverError`] when the script's configuration cannot be used;
+/// [`DriverError::NotProducible`] when no PyTorch program can make its pool calls.
 pub fn run(script: &Script, rules: Rules) -> Result<Vec<Line>, DriverError> {
+    run_noting(script, rules).map(|(lines, _)| lines)
+}
+
+/// What our run saw that PyTorch cannot be compared on from then on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Notes {
+    /// The first op (from 1) after which a private pool was forgotten while allocations of it
+    /// were still live. PyTorch's `release_cached_blocks` then erases the `PrivatePool` from
+    /// `graph_pools` (its `cudaMalloc_count` is 0: with expandable segments its count of
+    /// device allocations can reach 0 while blocks of it live) and goes on using the erased
+    /// pool through those blocks' `pool` pointers: it reads freed memory (a crash, or segments
+    /// missing from its snapshot). We keep such a pool's slot for its blocks (orphaned).
+    pub erased_pool_with_live_blocks: Option<usize>,
+}
+
+/// [`run`], and what it saw that PyTorch cannot be compared on ([`Notes`]).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_noting(script: &Script, rules: Rules) -> Result<(Vec<Line>, Notes), DriverError> {
+    crate::api::check(script)?;
     let fake = FakeCuda::new(fake_config(script)?);
     let config = alloc_config(script, rules)?;
     let conf = script
@@ -116,7 +142,15 @@ pub fn run(script: &Script, rules: Rules) -> Result<Vec<Line>, DriverError> {
     let mut names: HashMap<MempoolId, String> = HashMap::new();
     let (mut uid, mut uuid) = (1u64, 1u64);
     let mut observers = 0i64;
-    for op in &script.ops {
+    let mut notes = Notes::default();
+    for (k, op) in script.ops.iter().enumerate() {
+        // The state after op k (from 1), checked here because the arms below `continue`.
+        if notes.erased_pool_with_live_blocks.is_none()
+            && !pools.is_empty()
+            && erased_pool_with_live_blocks(&alloc, live.values())
+        {
+            notes.erased_pool_with_live_blocks = Some(k);
+        }
         if let Some(name) = pool_name(op) {
             if !matches!(op, Op::PoolCreate { .. }) && !pools.contains_key(name) {
                 fake.push(error(Some(&name.to_owned()), "no pool of that name"));
@@ -350,8 +384,29 @@ pub fn run(script: &Script, rules: Rules) -> Result<Vec<Line>, DriverError> {
             Op::Mark(t) => fake.push(Line::Mark(t.clone())),
         }
     }
+    if notes.erased_pool_with_live_blocks.is_none()
+        && !pools.is_empty()
+        && erased_pool_with_live_blocks(&alloc, live.values())
+    {
+        notes.erased_pool_with_live_blocks = Some(script.ops.len());
+    }
     fake.push(stats_line(&alloc, &fake, true));
-    Ok(fake.take_log())
+    Ok((fake.take_log(), notes))
+}
+
+/// Whether a live allocation belongs to a private pool the allocator has forgotten (see
+/// [`Notes::erased_pool_with_live_blocks`]).
+fn erased_pool_with_live_blocks<'a>(
+    alloc: &DeviceCachingAllocator<FakeCuda>,
+    mut live: impl Iterator<Item = &'a DevicePtr>,
+) -> bool {
+    let known: Vec<MempoolId> = alloc.private_pools().iter().map(|p| p.id).collect();
+    live.any(|&ptr| {
+        ptr != 0
+            && alloc
+                .block_pool_id(ptr)
+                .is_some_and(|id| !known.contains(&id))
+    })
 }
 
 /// The pool a pool op names.

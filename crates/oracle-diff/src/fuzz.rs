@@ -67,6 +67,11 @@ pub struct Report {
     pub deliberate_cases: u64,
     /// Scripts that diverge.
     pub diverging: u64,
+    /// Scripts on which PyTorch went on with memory it freed (from that op on nothing is
+    /// compared; before it everything agreed), per defect of [`crate::check::PYTORCH_DEFECTS`].
+    pub pytorch_defects: BTreeMap<&'static str, u64>,
+    /// The first case of each defect.
+    pub first_defect_case: BTreeMap<&'static str, u64>,
     /// Scripts the oracle could not run, with the first message.
     pub oracle_failures: u64,
     /// The first oracle failure's message.
@@ -87,9 +92,14 @@ impl Report {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         let secs = self.elapsed.as_secs_f64().max(1e-9);
+        let defects: Vec<String> = self
+            .pytorch_defects
+            .iter()
+            .map(|(k, v)| format!("{k} {v}, first case {}", self.first_defect_case[k]))
+            .collect();
         format!(
             "oracle torch {}: {} cases, {} ops, {} agreeing, {} deliberate differences{}, {} \
-             divergences, {} oracle failures; {:.0} s ({:.1} cases/s)",
+             PyTorch defects{}, {} divergences, {} oracle failures; {:.0} s ({:.1} cases/s)",
             version.checked_release(),
             self.cases,
             self.ops,
@@ -100,6 +110,12 @@ impl Report {
             } else {
                 format!(" ({})", per_fix.join(", "))
             },
+            self.pytorch_defects.values().sum::<u64>(),
+            if defects.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", defects.join("; "))
+            },
             self.diverging,
             self.oracle_failures,
             secs,
@@ -109,17 +125,31 @@ impl Report {
 }
 
 /// Checks one script against a running oracle: `Ok(None)` when the oracle and we both refuse
-/// it (a configuration neither accepts).
+/// it (a configuration neither accepts). A script no PyTorch program can produce
+/// ([`crate::api::check`]) is not given to the oracle: it is a divergence of the generator
+/// (its `what` says so), never produced by [`generate::script`].
 ///
 /// # Errors
 /// [`OracleError`] when the oracle fails on a script our side runs, or cannot run at all.
 pub fn check_script(oracle: &Oracle, script: &Script) -> Result<Option<Outcome>, OracleError> {
+    if let Err(e) = crate::api::check(script) {
+        return Ok(Some(Outcome::Diverge(Divergence {
+            step: 0,
+            what: "not a script a PyTorch program can produce".into(),
+            theirs: "not run".into(),
+            ours: e.to_string(),
+        })));
+    }
     let theirs = match oracle.run(script) {
         Ok(t) => t,
         Err(OracleError::Failed { status, stderr }) => {
             // A configuration the allocator rejects: ours must reject it too.
-            return match crate::driver::run(script, c10_cuda::Rules::new(oracle.version)) {
+            return match crate::driver::run_noting(script, c10_cuda::Rules::new(oracle.version)) {
                 Err(_) => Ok(None),
+                // PyTorch went on with a pool it had erased: it read freed memory.
+                Ok((_, notes)) if notes.erased_pool_with_live_blocks.is_some() => {
+                    Ok(Some(Outcome::PytorchDefect(ERASED_POOL)))
+                }
                 Ok(_) => Ok(Some(Outcome::Diverge(Divergence {
                     step: 0,
                     what: "the oracle refused the script".into(),
@@ -131,6 +161,16 @@ pub fn check_script(oracle: &Oracle, script: &Script) -> Result<Option<Outcome>,
         Err(e) => return Err(e),
     };
     match classify(script, &theirs, oracle.version) {
+        Ok(Outcome::Diverge(d)) => {
+            // A divergence from the op on which PyTorch erased a pool whose blocks live.
+            let erased = crate::driver::run_noting(script, c10_cuda::Rules::new(oracle.version))
+                .ok()
+                .and_then(|(_, notes)| notes.erased_pool_with_live_blocks);
+            Ok(Some(match erased {
+                Some(at) if d.step + 1 >= at => Outcome::PytorchDefect(ERASED_POOL),
+                _ => Outcome::Diverge(d),
+            }))
+        }
         Ok(o) => Ok(Some(o)),
         Err(e) => Ok(Some(Outcome::Diverge(Divergence {
             step: 0,
@@ -140,6 +180,10 @@ pub fn check_script(oracle: &Oracle, script: &Script) -> Result<Option<Outcome>,
         }))),
     }
 }
+
+/// The name of [`crate::driver::Notes::erased_pool_with_live_blocks`] in
+/// [`crate::check::PYTORCH_DEFECTS`].
+const ERASED_POOL: &str = "erased-pool-with-live-blocks";
 
 /// Shrinks a diverging script: the smallest one whose first divergence is of the same kind.
 pub fn shrink_divergence(
@@ -193,6 +237,10 @@ pub fn run(c: &Campaign) -> Result<Report, OracleError> {
                             for n in names {
                                 *r.deliberate.entry(n).or_default() += 1;
                             }
+                        }
+                        Ok(Some(Outcome::PytorchDefect(name))) => {
+                            *r.pytorch_defects.entry(name).or_default() += 1;
+                            r.first_defect_case.entry(name).or_insert(case);
                         }
                         Ok(Some(Outcome::Diverge(d))) => {
                             r.diverging += 1;

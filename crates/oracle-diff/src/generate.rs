@@ -13,9 +13,9 @@
 //! Half the scripts also use private pools (issue 16): `pool_create` (MemPools, graph pool
 //! handles and graph ids; under 2.15 `use_on_oom` and `no_split` MemPools), `pool_begin` on all
 //! streams or one, `pool_end`, `pool_release`, `pool_use_count`, `pool_delete`, and
-//! pool-scoped `empty_cache P` / `snapshot P`, mostly in a sensible order (begin, allocate,
-//! end, release) and sometimes not (a second begin, one release too many), so both the rules
-//! and PyTorch's assertions are exercised; about a third attach OOM observers (`observe`).
+//! pool-scoped `empty_cache P` / `snapshot P`, only in the orders a PyTorch program makes them
+//! (issue 29, see [`crate::api`]): `use_mem_pool` blocks, captures whose graphs are reset
+//! later, a MemPool's destructor once. About a third attach OOM observers (`observe`).
 //!
 //! The same `(seed, case, version)` always gives the same script.
 
@@ -178,27 +178,46 @@ fn size(rng: &mut ChaCha8Rng, total: u64, palette: &[u64]) -> u64 {
     }
 }
 
-/// A private pool of a script, as the generator tracks it.
+/// How a begun pool of a script was begun.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Use {
+    /// `with torch.cuda.use_mem_pool(p):` (a MemPool, every stream): its end releases at once.
+    Context,
+    /// A CUDA graph capture on one stream: its graph's reset releases later.
+    Capture,
+}
+
+/// A private pool of a script, as the generator tracks it (see [`crate::api`] for the calls a
+/// program makes).
 struct GenPool {
     name: String,
     kind: PoolKind,
-    /// The use count the allocator should have (made in the allocator once > 0 or created).
+    /// The use count the allocator should have (a handle's or graph's pool: once begun).
     uses: i64,
-    begun: bool,
+    /// How it is begun now, if it is.
+    begun: Option<Use>,
+    /// Captures ended whose graphs are not reset yet: each holds a reference.
+    captured: i64,
     /// Whether the allocator has it (a handle or graph id only once begun).
     made: bool,
-    /// `pool_delete`d: not named by `empty_cache P` / `snapshot P` again (torch-oracle needs a
-    /// live MemPool for those under 2.7).
+    /// `pool_delete`d (the MemPool's destructor ran): not named by `empty_cache P` /
+    /// `snapshot P` again (torch-oracle needs a live MemPool for those under 2.7).
     deleted: bool,
 }
 
-/// A private-pool op for the pools so far (`None`: nothing sensible to do now).
+/// Private-pool ops for the pools so far, appended to `out`, in sequences a PyTorch program
+/// makes: `use_mem_pool` blocks (begin on every stream; end and release together), captures
+/// into a MemPool, a graph pool handle or a graph's own pool (begin on one stream, end; the
+/// graph's reset releases later, once per capture), MemPool destructors (once, when no block
+/// or capture holds the pool), and `MemPool.use_count()`, `empty_cache()`, `snapshot()` on live
+/// MemPools. Nothing when nothing sensible can be done now.
 fn pool_op(
     rng: &mut ChaCha8Rng,
     pools: &mut Vec<GenPool>,
     streams: u32,
     version: TorchVersion,
-) -> Option<Op> {
+    out: &mut Vec<Op>,
+) {
     let roll = rng.random_range(0..100);
     if pools.len() < 4 && (pools.is_empty() || roll < 15) {
         let name = format!("P{}", pools.len());
@@ -220,69 +239,92 @@ fn pool_op(
             name: name.clone(),
             kind,
             uses: i64::from(made),
-            begun: false,
+            begun: None,
+            captured: 0,
             made,
             deleted: false,
         });
-        return Some(Op::PoolCreate {
+        out.push(Op::PoolCreate {
             pool: name,
             kind,
             use_on_oom,
             no_split,
         });
+        return;
     }
-    let any_begun = pools.iter().any(|p| p.begun);
+    let any_begun = pools.iter().any(|p| p.begun.is_some());
     let k = rng.random_range(0..pools.len());
-    let misuse = rng.random_bool(0.03);
     let p = &mut pools[k];
     let name = p.name.clone();
+    let mempool = p.kind == PoolKind::Mempool;
     match roll {
         15..=44 => {
-            // Begin: only a pool that is not begun and is alive (or not made yet).
-            if !misuse && (p.begun || (p.made && p.uses <= 0)) {
-                return None;
+            // Begin: a pool not begun now, alive (a MemPool not deleted; a handle or graph pool
+            // not released to 0 by all its graphs: a capture into such a pool is possible, but
+            // whether the allocator then refuses it depends on its segments).
+            if p.begun.is_some() || p.deleted || (p.made && p.uses <= 0) {
+                return;
             }
-            if !p.begun {
-                p.begun = true;
-                p.uses += 1;
-                p.made = true;
+            // Captures run on a side stream (CUDA refuses to capture the legacy default one).
+            let capture = streams > 0 && (!mempool || rng.random_bool(0.25));
+            if !mempool && !capture {
+                return;
             }
-            let stream = if streams > 0 && rng.random_bool(0.4) {
-                Some(rng.random_range(0..=streams))
-            } else {
-                None
-            };
-            Some(Op::PoolBegin { pool: name, stream })
+            let stream = capture.then(|| rng.random_range(1..=streams));
+            p.begun = Some(if capture { Use::Capture } else { Use::Context });
+            p.uses += 1;
+            p.made = true;
+            out.push(Op::PoolBegin { pool: name, stream });
         }
-        45..=64 => {
-            if !p.begun && !misuse {
-                return None;
+        45..=64 => match p.begun.take() {
+            Some(Use::Context) => {
+                // Leaving the `with` block: endAllocateToPool, then releasePool.
+                p.uses -= 1;
+                out.push(Op::PoolEnd(name.clone()));
+                out.push(Op::PoolRelease(name));
             }
-            p.begun = false;
-            Some(Op::PoolEnd(name))
-        }
+            Some(Use::Capture) => {
+                p.captured += 1;
+                out.push(Op::PoolEnd(name));
+            }
+            None => {}
+        },
         65..=77 => {
-            // Release: a use not held by a begin (or one too many, rarely).
-            if !p.made || (!misuse && p.uses <= i64::from(p.begun)) {
-                return None;
+            // A captured graph is reset (or destroyed): one release per capture.
+            if p.captured > 0 {
+                p.captured -= 1;
+                p.uses -= 1;
+                out.push(Op::PoolRelease(name));
             }
-            p.uses -= 1;
-            Some(Op::PoolRelease(name))
         }
-        78..=83 => p.made.then_some(Op::PoolUseCount(name)),
+        78..=83 => {
+            if mempool && !p.deleted {
+                out.push(Op::PoolUseCount(name));
+            }
+        }
         84..=87 => {
-            // torch 2.7's ~MemPool empties the cache, which aborts (an assertion in a
-            // destructor) while any pool is begun: the oracle cannot run that.
-            let aborts = version.begun_pool_is_capture() && any_begun;
-            if p.kind != PoolKind::Mempool || p.begun || aborts || (!misuse && p.uses != 1) {
-                return None;
+            // `del pool`: a MemPool no block or capture holds. torch 2.7's ~MemPool needs use
+            // count 1 and empties the cache, which aborts (an assertion in a destructor) while
+            // any pool is begun: the oracle cannot run that.
+            let torch27 = version.mem_pool_destructor_needs_sole_use();
+            if !mempool || p.deleted || p.begun.is_some() || (torch27 && (any_begun || p.uses != 1))
+            {
+                return;
             }
             p.uses -= 1;
             p.deleted = true;
-            Some(Op::PoolDelete(name))
+            out.push(Op::PoolDelete(name));
         }
-        88..=95 => (p.kind == PoolKind::Mempool && !p.deleted).then_some(Op::EmptyCachePool(name)),
-        _ => (p.kind == PoolKind::Mempool && !p.deleted).then_some(Op::SnapshotPool(name)),
+        88..=95 => {
+            if mempool && !p.deleted {
+                out.push(Op::EmptyCachePool(name));
+            }
+        }
+        _ => {
+            if mempool && !p.deleted {
+                out.push(Op::SnapshotPool(name));
+            }
+        }
     }
 }
 
@@ -308,9 +350,7 @@ fn ops(rng: &mut ChaCha8Rng, n: usize, total: u64, version: TorchVersion) -> Vec
     }
     while out.len() < n {
         if pooled && rng.random_bool(0.1) {
-            if let Some(op) = pool_op(rng, &mut pools, streams, version) {
-                out.push(op);
-            }
+            pool_op(rng, &mut pools, streams, version, &mut out);
             continue;
         }
         let roll = rng.random_range(0..1000);
@@ -404,6 +444,35 @@ mod tests {
         assert_ne!(
             script(7, 0, TorchVersion::V2_15, shape),
             script(8, 0, TorchVersion::V2_15, shape)
+        );
+    }
+
+    /// Every generated script is one a PyTorch program can produce, and pools are used in
+    /// every way (so the check is not passed by never using them): `use_mem_pool` blocks
+    /// (end then release at once), captures released later, and destructors.
+    #[test]
+    fn scripts_are_what_pytorch_programs_produce() {
+        let shape = Shape::default();
+        let (mut blocks, mut late_releases, mut deletes) = (0, 0, 0);
+        for version in [TorchVersion::V2_7, TorchVersion::V2_15] {
+            for case in 0..400 {
+                let s = script(29, case, version, shape);
+                if let Err(e) = crate::api::check(&s) {
+                    panic!("case {case} under {version:?}: {e}\n{s}");
+                }
+                for w in s.ops.windows(2) {
+                    match w {
+                        [Op::PoolEnd(a), Op::PoolRelease(b)] if a == b => blocks += 1,
+                        [_, Op::PoolRelease(_)] => late_releases += 1,
+                        [_, Op::PoolDelete(_)] => deletes += 1,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        assert!(
+            blocks > 100 && late_releases > 20 && deletes > 20,
+            "{blocks} {late_releases} {deletes}"
         );
     }
 }

@@ -70,3 +70,38 @@ fn a_failed_map_is_logged_as_pytorch_makes_it() {
     assert_eq!(fake["cuMemMap"], 0);
     assert_eq!(fake["cuMemUnmap"], 0);
 }
+
+/// Our run notes the op after which a private pool was forgotten while an allocation of it
+/// was live (expandable segments: its count of device allocations reached 0); from there on
+/// PyTorch goes on with the erased pool and is not compared (issue 29). Here: after P1's
+/// destructor (op 9) the global `empty_cache` (op 11) unmaps its last page and forgets it
+/// while 68 is live (torch 2.15.0 then leaves 68's segment out of its snapshot).
+#[test]
+fn an_erased_pool_with_live_blocks_is_noted() {
+    let s = Script::parse(
+        "env PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.63,expandable_segments:True
+pool_create P1 mempool
+pool_begin P1 all
+alloc 67 77594624
+alloc 68 39845888
+free 67
+alloc 72 2097152
+pool_end P1
+pool_release P1
+pool_delete P1
+free 72
+empty_cache
+snapshot
+",
+    )
+    .unwrap();
+    let (_, notes) = driver::run_noting(&s, Rules::new(TorchVersion::V2_15)).unwrap();
+    assert_eq!(notes.erased_pool_with_live_blocks, Some(11));
+    // Without expandable segments the pool keeps counting its segment: nothing is noted.
+    let mut plain = s.clone();
+    plain.env.clear();
+    let (_, notes) = driver::run_noting(&plain, Rules::new(TorchVersion::V2_15)).unwrap();
+    assert_eq!(notes.erased_pool_with_live_blocks, None);
+    let (_, notes) = driver::run_noting(&Script::parse(TIE).unwrap(), Rules::default()).unwrap();
+    assert_eq!(notes, driver::Notes::default());
+}
