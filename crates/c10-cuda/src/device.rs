@@ -265,6 +265,10 @@ macro_rules! forward_device_memory {
             fn unmap(&self, ptr: DevicePtr, size: usize) -> Result<(), DeviceError> {
                 (**self).unmap(ptr, size)
             }
+
+            fn synchronize_stream(&self, stream: StreamId) -> Result<(), DeviceError> {
+                (**self).synchronize_stream(stream)
+            }
         }
     )+};
 }

@@ -105,3 +105,31 @@ snapshot
     let (_, notes) = driver::run_noting(&Script::parse(TIE).unwrap(), Rules::default()).unwrap();
     assert_eq!(notes, driver::Notes::default());
 }
+
+/// The fake's `cudaStreamSynchronize` (what our allocator calls before unmapping pages of an
+/// expandable segment) completes the events recorded on that stream only, also through the
+/// smart pointers that forward a device.
+#[test]
+fn a_stream_sync_completes_that_streams_events() {
+    use c10_cuda::device::{DeviceMemory, StreamId};
+    use oracle_diff::fake::{FakeConfig, FakeCuda};
+    use std::sync::Arc;
+
+    let fake = FakeCuda::new(FakeConfig::default());
+    let boxed: Box<dyn DeviceMemory> = Box::new(fake.clone());
+    let shared: Arc<FakeCuda> = Arc::new(fake.clone());
+    for device in [&boxed as &dyn DeviceMemory, &shared] {
+        let on1 = device.create_event().unwrap();
+        let on2 = device.create_event().unwrap();
+        device.record_event(on1, StreamId(1)).unwrap();
+        device.record_event(on2, StreamId(2)).unwrap();
+        assert!(!device.query_event(on1).unwrap() && !device.query_event(on2).unwrap());
+        device.synchronize_stream(StreamId(1)).unwrap();
+        assert!(
+            device.query_event(on1).unwrap(),
+            "stream 1's event completes"
+        );
+        assert!(!device.query_event(on2).unwrap(), "stream 2's does not");
+        fake.complete_stream(None);
+    }
+}
