@@ -1,7 +1,9 @@
 //! The `tensormem` command: replay PyTorch memory snapshots through our caching allocator.
 //!
 //! `tensormem` with no arguments runs the built-in demo; `tensormem replay FILE` replays a
-//! snapshot (see `tensormem replay --help`). Errors print one line and exit with status 2.
+//! snapshot (see `tensormem replay --help`). Errors print one line and exit with status 2; a
+//! replay whose own main replay ran out of memory prints its report and exits with status 1
+//! ([`EXIT_REPLAY_OOM`]).
 
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
@@ -30,6 +32,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Replay a snapshot from torch.cuda.memory._dump_snapshot() (pickle) or its JSON export.
+    /// Exit status: 0; 1 when our replay ran out of memory (the report says how often); 2 on
+    /// an error.
     Replay(ReplayArgs),
     /// Run the built-in demo workload (two training steps of a small transformer); the default.
     Demo,
@@ -234,23 +238,39 @@ fn main() -> ExitCode {
     let result = match cli.command {
         None | Some(Command::Demo) => {
             let mut out = Vec::new();
-            demo::run(&mut out)
+            ok(demo::run(&mut out)
                 .map_err(|e| e.to_string())
-                .and_then(|()| emit(&out))
+                .and_then(|()| emit(&out)))
         }
-        Some(Command::Replay(args)) => run_replay(args).and_then(|out| emit(out.as_bytes())),
-        Some(Command::Dtr(args)) => dtr::run(&args).and_then(|out| emit(out.as_bytes())),
-        Some(Command::Train(args)) => run_train(&args).and_then(|out| emit(out.as_bytes())),
-        Some(Command::Advise(args)) => run_advise(&args).and_then(|out| emit(out.as_bytes())),
-        Some(Command::Explain(args)) => run_explain(&args).and_then(|out| emit(out.as_bytes())),
+        Some(Command::Replay(args)) => run_replay(args).and_then(|(out, ooms)| {
+            emit(out.as_bytes())?;
+            if ooms > 0 {
+                return Ok(ExitCode::from(EXIT_REPLAY_OOM));
+            }
+            Ok(ExitCode::SUCCESS)
+        }),
+        Some(Command::Dtr(args)) => dtr::run(&args).and_then(|out| ok(emit(out.as_bytes()))),
+        Some(Command::Train(args)) => run_train(&args).and_then(|out| ok(emit(out.as_bytes()))),
+        Some(Command::Advise(args)) => run_advise(&args).and_then(|out| ok(emit(out.as_bytes()))),
+        Some(Command::Explain(args)) => run_explain(&args).and_then(|out| ok(emit(out.as_bytes()))),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(msg) => {
             eprintln!("tensormem: error: {msg}");
             ExitCode::from(2)
         }
     }
+}
+
+/// The exit status of `tensormem replay` when the report printed but our own main replay ran
+/// out of memory (on a `--device-memory` too small for the job): scripts can test
+/// `tensormem replay FILE --device-memory SIZE` for "fits".
+const EXIT_REPLAY_OOM: u8 = 1;
+
+/// Success as an exit status.
+fn ok(r: Result<(), String>) -> Result<ExitCode, String> {
+    r.map(|()| ExitCode::SUCCESS)
 }
 
 /// Writes the report to stdout. A closed pipe (`tensormem ... | head`) is not an error: the
@@ -277,8 +297,9 @@ fn progress_bar(len: u64, label: String) -> Option<ProgressBar> {
     Some(bar)
 }
 
-/// Replays as `args` asks and returns the report text.
-fn run_replay(args: ReplayArgs) -> Result<String, String> {
+/// Replays as `args` asks and returns the report text and the allocations that failed in the
+/// main replay (0 for a state-only summary).
+fn run_replay(args: ReplayArgs) -> Result<(String, usize), String> {
     let name = args.file.display().to_string();
     let snap = load::load_path(&args.file).map_err(|e| e.to_string())?;
     let req = ReplayRequest {
@@ -308,6 +329,10 @@ fn run_replay(args: ReplayArgs) -> Result<String, String> {
         b.finish_and_clear();
     }
     let report = result.map_err(|e| e.to_string())?;
+    let failed = match &report {
+        ReplayReport::Replayed(r) => r.main.failed_allocs,
+        ReplayReport::StateOnly(_) => 0,
+    };
     let mut out = String::new();
     if let ReplayReport::Replayed(r) = &report {
         if let Some(path) = &args.plot {
@@ -327,7 +352,7 @@ fn run_replay(args: ReplayArgs) -> Result<String, String> {
     if args.json {
         let text = serde_json::to_string_pretty(&report.json(&snap)).map_err(|e| e.to_string())?;
         let _ = writeln!(out, "{text}");
-        return Ok(out);
+        return Ok((out, failed));
     }
     out.push_str(&report.text(&snap));
     if let Some(p) = &args.plot {
@@ -343,7 +368,7 @@ fn run_replay(args: ReplayArgs) -> Result<String, String> {
     if let Some(p) = &args.html {
         let _ = writeln!(out, "HTML report written to {}", p.display());
     }
-    Ok(out)
+    Ok((out, failed))
 }
 
 /// Runs `tensormem advise` and returns the report.

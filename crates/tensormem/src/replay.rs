@@ -113,7 +113,8 @@ pub enum ReplayError {
     /// The segments that existed before the history began do not fit on the simulated device.
     #[error(
         "--device-memory {capacity}: too small for the segments that existed before the history \
-         began ({needed}); use at least {needed}, or --from-empty to replay without them",
+         began ({needed}); use at least {needed}, or --from-empty to place their blocks with our \
+         own decisions (--history-only leaves them out)",
         capacity = format_size(*.capacity as u64),
         needed = format_size(*.needed)
     )]

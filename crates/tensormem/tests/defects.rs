@@ -31,7 +31,7 @@ fn sizes_are_adaptive_everywhere_in_text() {
         assert!(!text.contains(" 0.0"), "{args:?}:\n{text}");
         assert!(!text.contains("0.00 GiB"), "{args:?}:\n{text}");
     }
-    let text = success(&tensormem(
+    let o = tensormem(
         dir.path(),
         &[
             "replay",
@@ -40,7 +40,10 @@ fn sizes_are_adaptive_everywhere_in_text() {
             "--device-memory",
             "1KiB",
         ],
-    ));
+    );
+    // Nothing fits 1 KiB: the report prints, and the exit status says our replay ran out.
+    assert_eq!(o.status.code(), Some(1));
+    let text = common::stdout(&o);
     assert!(
         text.contains("device memory 1024 bytes"),
         "a 1 KiB device prints as PyTorch prints it:\n{text}"
@@ -135,7 +138,7 @@ fn parity_on_a_too_small_device_names_the_option_and_the_size() {
     assert_eq!(
         stderr(&o),
         "tensormem: error: --device-memory 16.00 MiB: too small for the segments that existed \
-         before the history began (40.00 MiB); use at least 40.00 MiB, or --from-empty to \
-         replay without them\n"
+         before the history began (40.00 MiB); use at least 40.00 MiB, or --from-empty to place \
+         their blocks with our own decisions (--history-only leaves them out)\n"
     );
 }

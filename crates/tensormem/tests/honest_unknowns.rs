@@ -123,3 +123,29 @@ fn explain_uses_a_stray_oom_entry() {
     let text = success(&tensormem(dir.path(), &["explain", "stray.pickle"]));
     insta::assert_snapshot!("explain_a_stray_oom_entry", text);
 }
+
+/// A parity replay on a device smaller than the recording needed says so in its header, with
+/// its OOM count, and exits with status 1 (the report still prints).
+#[test]
+fn a_parity_replay_that_runs_out_says_so_first() {
+    let Some(path) = shared_snapshot("lm_small_forward_from_empty.pickle") else {
+        return;
+    };
+    let dir = Scratch::new("parity-oom");
+    let o = tensormem(
+        dir.path(),
+        &["replay", path.to_str().unwrap(), "--device-memory", "3GiB"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = common::stdout(&o);
+    let header: Vec<&str> = text.lines().take(5).collect();
+    assert_eq!(
+        header[4],
+        "  out of memory in our replay:      2 OOMs on 3.00 GiB of device memory (2 allocations failed, \
+         2 retries; the recording reserved up to 3.52 GiB): the decisions below diverge from it",
+        "{text}"
+    );
+    let o = tensormem(dir.path(), &["replay", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(!common::stdout(&o).contains("out of memory in our replay"));
+}

@@ -548,12 +548,20 @@ fn advise_on_a_state_only_snapshot_is_one_error_line() {
     );
 }
 
+/// The report of a replay whose own replay ran out of memory: exit status 1, the report on
+/// stdout, nothing on stderr.
+fn replayed_with_ooms(o: &std::process::Output) -> String {
+    assert_eq!(o.status.code(), Some(1), "{}", common::stderr(o));
+    assert!(o.stderr.is_empty());
+    stdout(o)
+}
+
 /// An OOM made by replaying the synthetic history on a device too small for it, dumped, then
 /// explained: the failed request, free space per pool, call sites and the setting that fits.
 #[test]
 fn explain_an_oom_entry() {
     let dir = annotated_dir();
-    let replayed = success(&tensormem(
+    let replayed = replayed_with_ooms(&tensormem(
         dir.path(),
         &[
             "replay",
@@ -601,7 +609,7 @@ fn explain_an_oom_of_a_shared_snapshot() {
         return;
     };
     let dir = Scratch::new("explain-shared");
-    success(&tensormem(
+    replayed_with_ooms(&tensormem(
         dir.path(),
         &[
             "replay",
