@@ -108,6 +108,18 @@ fn all_logs() -> Vec<(String, &'static str, PathBuf)> {
     out
 }
 
+/// One strategy's figures on one log.
+struct Stat {
+    strategy: Strategy,
+    half: &'static str,
+    /// Smallest ratio minus the blind one (`inf`: none completes where the blind run does).
+    distance: f64,
+    /// Worst overhead against the blind run at ratios >= 0.5.
+    worst: f64,
+    monotone: bool,
+    ms: f64,
+}
+
 fn overheads(runs: &[SweepRun]) -> Vec<Option<f64>> {
     runs.iter().map(|r| r.overhead).collect()
 }
@@ -156,6 +168,7 @@ fn main() {
         ..SweepOptions::default()
     };
     let mut summary = Vec::new();
+    let mut stats: Vec<Stat> = Vec::new();
     for (name, half, path) in all_logs() {
         if !args.is_empty() && !args.contains(&name) {
             continue;
@@ -183,6 +196,20 @@ fn main() {
             }
             let smallest = sweep::smallest_ratio(&sw.runs, 1.5);
             cells.push(fmt_ratio(smallest));
+            let o = overheads(&sw.runs);
+            let distance = match (smallest, ideal) {
+                (Some(s), Some(i)) => s.0 - i.0,
+                (None, Some(_)) => f64::INFINITY,
+                _ => 0.0,
+            };
+            stats.push(Stat {
+                strategy,
+                half,
+                distance,
+                worst: worst_vs_blind(&ratios, &o, &blind_o),
+                monotone: monotone_breaks(&ratios, &sw.runs).is_empty(),
+                ms,
+            });
             if strategy == Strategy::Window {
                 let o = overheads(&sw.runs);
                 window = Some((
@@ -252,6 +279,52 @@ fn main() {
             fmt_ratio(*ideal),
             cells.join(" | ")
         );
+    }
+    println!(
+        "\n== per strategy and half: logs within 0.05 of blind / worst overhead at >= 0.5 within 1.10x of blind / monotone / all three; mean and largest distance to blind; summed sweep time"
+    );
+    println!(
+        "| strategy | half | logs | within 0.05 | worst <= 1.10 | monotone | all three | mean distance | largest distance | sweep s |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &strategy in &strategies {
+        for half in ["fit", "report"] {
+            let v: Vec<&Stat> = stats
+                .iter()
+                .filter(|s| s.strategy == strategy && s.half == half)
+                .collect();
+            if v.is_empty() {
+                continue;
+            }
+            let within = |s: &Stat| s.distance <= 0.05 + 1e-9;
+            let bounded = |s: &Stat| s.worst <= 1.10;
+            let finite: Vec<f64> = v
+                .iter()
+                .map(|s| s.distance)
+                .filter(|d| d.is_finite())
+                .collect();
+            let largest = v
+                .iter()
+                .map(|s| s.distance)
+                .fold(f64::NEG_INFINITY, f64::max);
+            println!(
+                "| {strategy} | {half} | {} | {} | {} | {} | {} | {:+.3} | {} | {:.1} |",
+                v.len(),
+                v.iter().filter(|s| within(s)).count(),
+                v.iter().filter(|s| bounded(s)).count(),
+                v.iter().filter(|s| s.monotone).count(),
+                v.iter()
+                    .filter(|s| within(s) && bounded(s) && s.monotone)
+                    .count(),
+                finite.iter().sum::<f64>() / finite.len().max(1) as f64,
+                if largest.is_finite() {
+                    format!("{largest:+.2}")
+                } else {
+                    "none".into()
+                },
+                v.iter().map(|s| s.ms).sum::<f64>() / 1e3
+            );
+        }
     }
     for half in ["fit", "report"] {
         let m: Vec<&String> = misses

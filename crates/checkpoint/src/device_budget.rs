@@ -40,12 +40,19 @@
 //!   the least total cost that covers the request);
 //! - [`Strategy::WindowScore`]: `Σ r(t) / m(t)`, the h_DTR^eq scores summed;
 //! - [`Strategy::WindowFirst`]: the heuristic's choice when it alone lets the request
-//!   through (then contiguity costs nothing), else [`Strategy::Window`]'s plan.
+//!   through (then contiguity costs nothing), else [`Strategy::Window`]'s plan;
+//! - [`Strategy::WindowDeficit`]: while the storages' bytes (the request included) pass the
+//!   device's capacity, the heuristic's choices, exactly as the allocator-blind run evicts;
+//!   once they fit, a miss is fragmentation alone and [`Strategy::Window`]'s plan answers it.
 //!
 //! The factor ½ is fitted on the five shared logs: 0 (`window-total`), 0.25, 0.5, 0.6, 0.75,
 //! 0.85, 1 and 2 were measured; 0.25 and 0.5 bring every log within 0.05 of the
 //! allocator-blind ideal, and 0.5 had the lower mean overhead on four of the five (the project
-//! README's `tensormem dtr --device-budget` section has the figures).
+//! README's `tensormem dtr --device-budget` section has the figures). On models it was not
+//! fitted on it does not hold (issue 28): on the recorded corpus's report half `window` is
+//! within 0.05 of the blind run on 5 of 13 logs (at most 0.15 above), and no strategy here
+//! meets the three targets (within 0.05, overheads at ratios >= 0.5 within 1.10x, monotone) on
+//! every log; `examples/device_budget.rs` prints the per-log table.
 
 use std::fmt;
 use std::str::FromStr;
@@ -72,20 +79,25 @@ pub enum Strategy {
     /// The heuristic's choice when it alone makes room, else [`Strategy::Window`]. CLI name
     /// `window-first`.
     WindowFirst,
+    /// Deficit first: while the storages' bytes pass the device's capacity, evict the
+    /// heuristic's choices, as the allocator-blind run would; once they fit and the device
+    /// still misses (fragmentation), [`Strategy::Window`]'s plan. CLI name `window-deficit`.
+    WindowDeficit,
 }
 
 impl Strategy {
     /// Every strategy, in CLI order.
-    pub const ALL: [Strategy; 5] = [
+    pub const ALL: [Strategy; 6] = [
         Strategy::Callback,
         Strategy::Window,
         Strategy::WindowTotal,
         Strategy::WindowScore,
         Strategy::WindowFirst,
+        Strategy::WindowDeficit,
     ];
 
     /// The CLI and JSON name: `callback`, `window`, `window-total`, `window-score`,
-    /// `window-first`.
+    /// `window-first`, `window-deficit`.
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Callback => "callback",
@@ -93,6 +105,7 @@ impl Strategy {
             Strategy::WindowTotal => "window-total",
             Strategy::WindowScore => "window-score",
             Strategy::WindowFirst => "window-first",
+            Strategy::WindowDeficit => "window-deficit",
         }
     }
 
@@ -104,7 +117,7 @@ impl Strategy {
     /// The share of the cheapest price per byte credited for each spare byte.
     fn spare_credit(self) -> f64 {
         match self {
-            Strategy::Window | Strategy::WindowFirst => 0.5,
+            Strategy::Window | Strategy::WindowFirst | Strategy::WindowDeficit => 0.5,
             _ => 0.0,
         }
     }
@@ -119,7 +132,7 @@ impl fmt::Display for Strategy {
 /// An unknown strategy name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown strategy '{0}' (use callback, window, window-total, window-score or window-first)"
+    "unknown strategy '{0}' (use callback, window, window-total, window-score, window-first or window-deficit)"
 )]
 pub struct UnknownStrategy(pub String);
 
@@ -194,6 +207,31 @@ impl<B: Backend> Runtime<B> {
         let mut victims = std::mem::take(&mut self.room_victims);
         victims.clear();
         let strategy = self.config.strategy;
+        let capacity = self.backend.device_capacity().unwrap_or(u64::MAX);
+        if strategy == Strategy::WindowDeficit && self.memory > capacity {
+            // Memory-bound: the storages alone (the request included) pass the device, so
+            // evict as the allocator-blind run would until they fit.
+            let mut result = Ok(());
+            while self.memory > capacity {
+                let Some(v) = self.choose() else { break };
+                if let Err(e) = self.evict(v, EvictReason::Heuristic) {
+                    result = Err(e);
+                    break;
+                }
+                victims.push(v);
+            }
+            self.profile.search_ns += start.elapsed().as_nanos() as u64;
+            let none = victims.is_empty();
+            self.room_victims = victims;
+            if none {
+                return Err(Error::OutOfMemory {
+                    requested: bytes,
+                    used: self.memory,
+                    budget: capacity,
+                });
+            }
+            return result;
+        }
         if strategy.uses_window() {
             self.plan_window(strategy, &mut victims)?;
         }
@@ -298,7 +336,7 @@ mod tests {
         assert_eq!(Strategy::default(), Strategy::Window);
         assert_eq!(
             "best-fit".parse::<Strategy>().unwrap_err().to_string(),
-            "unknown strategy 'best-fit' (use callback, window, window-total, window-score or window-first)"
+            "unknown strategy 'best-fit' (use callback, window, window-total, window-score, window-first or window-deficit)"
         );
     }
 }

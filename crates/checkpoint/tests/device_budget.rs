@@ -7,6 +7,8 @@
 //! - the hard budget on every shared log: reserved bytes never pass the device's capacity, for
 //!   every strategy at ratios 0.1 .. 1.0 on PyTorch's default allocator, and for `window` with
 //!   expandable segments, Coop's partition and in-place updates (CI, debug build, about 40 s);
+//!   on every log of the recorded corpus at two budgets; `window-deficit` on the hand-built
+//!   segment;
 //! - `#[ignore]`d, run by `cargo xtask soak` in release: the full grid (every strategy and
 //!   layout at ratios 0.05 .. 1.0) and the figures for `window` on the default
 //!   allocator: per log the smallest budget completing with overhead <= 1.5 within 0.05 of the
@@ -88,6 +90,23 @@ fn the_heuristic_alone_frees_scattered_blocks_and_the_window_three_neighbours() 
     assert_eq!((rt.profile().evictions, rt.profile().misses), (3, 1));
     assert!(rt.profile().scanned_blocks >= 11);
     // Never more than the device.
+    assert!(rt.backend().report().peak_reserved_bytes <= 22 * MIB);
+}
+
+#[test]
+fn deficit_first_evicts_as_the_blind_run_then_makes_a_window() {
+    // The constant, ten 2 MiB tensors and the 5 MiB request pass the 22 MiB device by
+    // 3 MiB + 1 KiB: first the heuristic's two cheapest (t1, t4, as the blind run would), which
+    // fit the bytes but leave two scattered 2 MiB holes; the retry misses on contiguity alone,
+    // and the window then takes the run around the hole whose expensive neighbours are
+    // stalest, t0 and t2. Two misses, four evictions (callback: five, window: three).
+    let (mut rt, ts) = full_device(Strategy::WindowDeficit);
+    five_mib(&mut rt);
+    let evicted: Vec<usize> = (0..10)
+        .filter(|&i| !rt.is_defined(ts[i]).unwrap())
+        .collect();
+    assert_eq!(evicted, [0, 1, 2, 4]);
+    assert_eq!((rt.profile().evictions, rt.profile().misses), (4, 2));
     assert!(rt.backend().report().peak_reserved_bytes <= 22 * MIB);
 }
 
@@ -221,6 +240,26 @@ fn hard_budget(strategies: &[Strategy], conf: &str, partition: bool, in_place: b
 #[test]
 fn reserved_never_passes_the_device_on_every_shared_log_default_allocator() {
     hard_budget(&Strategy::ALL, "", false, false);
+}
+
+#[test]
+fn reserved_never_passes_the_device_on_the_recorded_corpus() {
+    // Every corpus log (committed, never skipped) with `window` and `window-deficit` at two
+    // budgets each, the second strategy at the other (CI time: debug build).
+    for (k, (name, path)) in support::corpus_logs().iter().enumerate() {
+        let lg = log::parse_file(path).unwrap();
+        let strategy = if k % 2 == 0 {
+            Strategy::Window
+        } else {
+            Strategy::WindowDeficit
+        };
+        let options = SweepOptions {
+            ratios: vec![0.4, 0.8],
+            ..device_options(&[strategy], "", false, false)
+        };
+        let sw = sweep::sweep(&lg, &options).unwrap();
+        assert_hard(name, &sw);
+    }
 }
 
 #[test]

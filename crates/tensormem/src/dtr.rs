@@ -59,7 +59,7 @@ pub struct DtrArgs {
     #[arg(long)]
     pub device_budget: bool,
     /// With --device-budget, how to make room on a miss: callback, window, window-total,
-    /// window-score, window-first (comma-separated or repeated; default window, or all of them
+    /// window-score, window-first, window-deficit (comma-separated or repeated; default window, or all of them
     /// with --sweep).
     #[arg(
         long,
@@ -851,7 +851,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             e,
-            "--strategy: unknown strategy 'belady' (use callback, window, window-total, window-score or window-first)"
+            "--strategy: unknown strategy 'belady' (use callback, window, window-total, window-score, window-first or window-deficit)"
         );
         let e = args(&[path, "--step", "1.5"]).options().unwrap_err();
         assert_eq!(e, "--step 1.5: expected a step in (0, 1] (e.g. 0.05)");

@@ -150,7 +150,7 @@ struct TrainArgs {
     #[arg(long)]
     device_budget: bool,
     /// With --device-budget, how to make room on a miss: callback, window, window-total,
-    /// window-score or window-first.
+    /// window-score, window-first or window-deficit.
     #[arg(
         long,
         value_name = "NAME",

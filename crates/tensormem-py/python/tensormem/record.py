@@ -13,8 +13,9 @@ or from a shell: ``python -m tensormem.record resnet50 --batch 32 -o resnet50-32
 
 What is written, per operator call that ``__torch_dispatch__`` sees:
 
-- a tensor argument seen for the first time (a parameter, a buffer, an input) is a
-  ``CONSTANT`` with its storage's bytes (``MEMORY``), as the prototype marks weights and inputs;
+- the model's parameters and buffers, then the example inputs, are ``CONSTANT``s with their
+  storage's bytes (``MEMORY``) right after ``START``, as the prototype marks weights and
+  inputs; any other tensor argument seen for the first time is a ``CONSTANT`` there and then;
 - a call is a ``CALL`` with its tensor arguments (``ARGS``), its new tensors (``RESULT``), a
   ``MEMORY`` per result (a fresh result's storage bytes, a view's own bytes) and an ``ALIAS``
   per result: the index of the argument whose storage it shares (views), or ``-1``;
@@ -137,6 +138,15 @@ class Recorder(TorchDispatchMode):
 
     def _annotate(self, what: str) -> None:
         self.lines.append(_line({"INSTRUCTION": "ANNOTATE", "ANNOTATION": what}))
+
+    def declare(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Writes a ``CONSTANT`` for each tensor not named yet (parameters, buffers, inputs),
+        in order: they exist before the first call, as in a training process (and as the
+        prototype declares the weights it wraps), so a simulated allocator places them before
+        any activation."""
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                self._arg_name(t)
 
     def annotate(self, what: str) -> None:
         """Writes an ``ANNOTATE`` line (``BACKWARD`` before the backward pass)."""
@@ -313,6 +323,7 @@ def record(
     """Records one forward (and backward) of ``model(*example_inputs)`` and returns the log.
 
     ``loss_fn(output)`` makes the scalar to back through (default :func:`default_loss`).
+    The model's parameters and buffers, then the inputs, are declared as constants first.
     Parameters' gradients are set to ``None`` first, so the recorded backward makes them.
     With ``path`` the log is also written there (gzip-compressed when it ends in ``.gz``).
     The tensors must already be on the device to record on (``meta`` for no memory at all).
@@ -325,6 +336,10 @@ def record(
     if isinstance(model, torch.nn.Module):
         model.zero_grad(set_to_none=True)
     rec = Recorder(cost=cost)
+    if isinstance(model, torch.nn.Module):
+        rec.declare(model.parameters())
+        rec.declare(model.buffers())
+    rec.declare(_tensors(example_inputs))
     with rec:
         out = model(*example_inputs)
         if backward:
