@@ -5,7 +5,7 @@
 //! [`Display`](fmt::Display) prints the canonical string back (only the knobs that differ from
 //! the defaults, in a fixed order), and [`AllocatorConfig::to_settings`] /
 //! [`AllocatorConfig::from_settings`] convert to and from the `allocator_settings` dict of a
-//! memory snapshot.
+//! memory snapshot. [`AllocatorConfig::builder`] sets knobs from Rust, with the same checks.
 //!
 //! Nothing here reads the environment except [`AllocatorConfig::from_env`], and nothing in the
 //! crate calls it implicitly: the caller decides when the environment matters.
@@ -42,6 +42,10 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::rules::TorchVersion;
+
+mod builder;
+
+pub use builder::AllocatorConfigBuilder;
 
 /// One mebibyte (1 MiB = 2^20 bytes): the unit of every `*_mb` knob.
 pub const MIB: usize = 1 << 20;
@@ -110,10 +114,15 @@ impl fmt::Display for Backend {
 
 /// The caching allocator's configuration (PyTorch's `CUDAAllocatorConfig`).
 ///
-/// Fields are public; a value built by hand should pass [`AllocatorConfig::validate`], which
-/// is what [`parse`](AllocatorConfig::parse) guarantees. Printing (`Display`) a valid config and
-/// parsing the result gives the same config back.
+/// Make one with [`parse`](AllocatorConfig::parse) (the `PYTORCH_CUDA_ALLOC_CONF` string),
+/// [`AllocatorConfig::builder`] or [`Default`]; all three give a config that passes
+/// [`AllocatorConfig::validate`]. The struct is `#[non_exhaustive]` (new knobs are added as
+/// PyTorch adds them), so other crates cannot write it as a struct literal; its fields stay
+/// public for reading and for changing in place, and a config changed by hand should pass
+/// `validate` again. Printing (`Display`) a valid config and parsing the result gives the same
+/// config back.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct AllocatorConfig {
     /// Blocks of at least this many bytes are never split, and a request below it is never
     /// served from such a block (`max_split_size_mb:N`, stored as `N` MiB). `None` (the

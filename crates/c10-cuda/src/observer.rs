@@ -16,7 +16,11 @@ use crate::oom::OutOfMemoryError;
 /// Checked against PyTorch 2.7.1 and 2.15.0 (the torch-oracle): `alloc` is the size of the
 /// device allocation the allocator tried (the request rounded up to a segment size), not the
 /// request; `device_total` is the per-process memory fraction's limit when one is set.
+///
+/// `#[non_exhaustive]`: made by the allocator ([`OomObservation::from_error`]); more figures
+/// may be added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct OomObservation {
     /// Device index.
     pub device: u8,

@@ -47,7 +47,11 @@ const DOCS: &str = "See documentation for Memory Management \
 /// Unlike PyTorch, the docs sentence is separated by single spaces (PyTorch prints two before
 /// "See" and two before the link). `max_split_size` and `stream` are carried for callers and logs;
 /// the message does not print them.
+///
+/// `#[non_exhaustive]`: only the allocator makes one (more figures may be added); read the
+/// fields, match with `..`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OutOfMemoryError {
     /// The device index (PyTorch's `device`).
     pub device: u8,
@@ -173,3 +177,6 @@ impl fmt::Display for OutOfMemoryError {
 }
 
 impl std::error::Error for OutOfMemoryError {}
+
+#[cfg(test)]
+mod tests;

@@ -48,113 +48,127 @@ fn default_is_pytorch_default() {
 #[rstest]
 #[case::empty("", cfg())]
 #[case::only_whitespace("  \t ", cfg())]
-#[case::split("max_split_size_mb:128", AllocatorConfig { max_split_size: Some(128 * MIB), ..cfg() })]
-#[case::split_minimum("max_split_size_mb:20", AllocatorConfig { max_split_size: Some(20 * MIB), ..cfg() })]
+#[case::split("max_split_size_mb:128", AllocatorConfig::builder().max_split_size(128 * MIB).build().unwrap())]
+#[case::split_minimum("max_split_size_mb:20", AllocatorConfig::builder().max_split_size(20 * MIB).build().unwrap())]
 #[case::split_clamped(
     "max_split_size_mb:18446744073709551615",
-    AllocatorConfig { max_split_size: Some(usize::MAX / MIB * MIB), ..cfg() }
+    AllocatorConfig::builder().max_split_size(usize::MAX / MIB * MIB).build().unwrap()
 )]
-#[case::non_split("max_non_split_rounding_mb:40", AllocatorConfig { max_non_split_rounding: 40 * MIB, ..cfg() })]
-#[case::gc("garbage_collection_threshold:0.6", AllocatorConfig { garbage_collection_threshold: 0.6, ..cfg() })]
-#[case::gc_leading_dot("garbage_collection_threshold:.25", AllocatorConfig { garbage_collection_threshold: 0.25, ..cfg() })]
-#[case::expandable("expandable_segments:True", AllocatorConfig { expandable_segments: true, ..cfg() })]
+#[case::non_split("max_non_split_rounding_mb:40", AllocatorConfig::builder().max_non_split_rounding(40 * MIB).build().unwrap())]
+#[case::gc("garbage_collection_threshold:0.6", AllocatorConfig::builder().garbage_collection_threshold(0.6).build().unwrap())]
+#[case::gc_leading_dot("garbage_collection_threshold:.25", AllocatorConfig::builder().garbage_collection_threshold(0.25).build().unwrap())]
+#[case::expandable("expandable_segments:True", AllocatorConfig::builder().expandable_segments(true).build().unwrap())]
 #[case::expandable_false("expandable_segments:False", cfg())]
 #[case::whitespace(
     "  max_split_size_mb : 256 ,\texpandable_segments :True ",
-    AllocatorConfig { max_split_size: Some(256 * MIB), expandable_segments: true, ..cfg() }
+    AllocatorConfig::builder().max_split_size(256 * MIB).expandable_segments(true).build().unwrap()
 )]
-#[case::trailing_comma("expandable_segments:True,", AllocatorConfig { expandable_segments: true, ..cfg() })]
-#[case::trailing_comma_space("expandable_segments:True , ", AllocatorConfig { expandable_segments: true, ..cfg() })]
+#[case::trailing_comma("expandable_segments:True,", AllocatorConfig::builder().expandable_segments(true).build().unwrap())]
+#[case::trailing_comma_space("expandable_segments:True , ", AllocatorConfig::builder().expandable_segments(true).build().unwrap())]
 #[case::repeated_last_wins(
     "max_split_size_mb:128,expandable_segments:True,max_split_size_mb:256,expandable_segments:False",
-    AllocatorConfig { max_split_size: Some(256 * MIB), ..cfg() }
+    AllocatorConfig::builder().max_split_size(256 * MIB).build().unwrap()
 )]
-#[case::roundup_single("roundup_power2_divisions:4", AllocatorConfig { roundup_power2_divisions: [4; 16], ..cfg() })]
+#[case::roundup_single("roundup_power2_divisions:4", AllocatorConfig::builder().roundup_power2_divisions([4; 16]).build().unwrap())]
 #[case::roundup_single_zero("roundup_power2_divisions:0", cfg())]
 #[case::roundup_list(
     "roundup_power2_divisions:[256:4,512:2,>:1]",
-    AllocatorConfig { roundup_power2_divisions: runs(&[(4, 9), (2, 1), (1, 6)]), ..cfg() }
+    AllocatorConfig::builder()
+        .roundup_power2_divisions(runs(&[(4, 9), (2, 1), (1, 6)]))
+        .build()
+        .unwrap()
 )]
 #[case::roundup_list_spaces(
     "roundup_power2_divisions:[ 1 : 8 , 2:4 , >: 2 ]",
-    AllocatorConfig { roundup_power2_divisions: runs(&[(8, 1), (4, 1), (2, 14)]), ..cfg() }
+    AllocatorConfig::builder()
+        .roundup_power2_divisions(runs(&[(8, 1), (4, 1), (2, 14)]))
+        .build()
+        .unwrap()
 )]
 #[case::roundup_list_without_fill(
     "roundup_power2_divisions:[64:8,128:0,256:2]",
-    AllocatorConfig { roundup_power2_divisions: runs(&[(8, 7), (0, 1), (2, 1), (0, 7)]), ..cfg() }
+    AllocatorConfig::builder()
+        .roundup_power2_divisions(runs(&[(8, 7), (0, 1), (2, 1), (0, 7)]))
+        .build()
+        .unwrap()
 )]
 // torch 2.15 (checked with torch-oracle): without a key before it, `>` fills every interval
 // after the first; the one below 2 MiB keeps 0.
-#[case::roundup_list_only_fill("roundup_power2_divisions:[>:8]", AllocatorConfig { roundup_power2_divisions: [0, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8], ..cfg() })]
+#[case::roundup_list_only_fill("roundup_power2_divisions:[>:8]", AllocatorConfig::builder().roundup_power2_divisions([0, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8]).build().unwrap())]
 #[case::roundup_list_key_clamped(
     "roundup_power2_divisions:[65536:2]",
-    AllocatorConfig { roundup_power2_divisions: [2; 16], ..cfg() }
+    AllocatorConfig::builder().roundup_power2_divisions([2; 16]).build().unwrap()
 )]
 #[case::roundup_list_trailing_comma(
     "roundup_power2_divisions:[1024:4,]",
-    AllocatorConfig { roundup_power2_divisions: runs(&[(4, 11), (0, 5)]), ..cfg() }
+    AllocatorConfig::builder().roundup_power2_divisions(runs(&[(4, 11), (0, 5)])).build().unwrap()
 )]
 #[case::roundup_list_empty("roundup_power2_divisions:[]", cfg())]
 #[case::roundup_repeated_starts_fresh(
     "roundup_power2_divisions:4,roundup_power2_divisions:[256:2]",
-    AllocatorConfig { roundup_power2_divisions: runs(&[(2, 9), (0, 7)]), ..cfg() }
+    AllocatorConfig::builder().roundup_power2_divisions(runs(&[(2, 9), (0, 7)])).build().unwrap()
 )]
 #[case::pytorch_own_test_string(
     "max_split_size_mb:40,max_non_split_rounding_mb:30,garbage_collection_threshold:0.5,\
      roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1],expandable_segments:True,\
      pinned_use_background_threads:True",
-    AllocatorConfig {
-        max_split_size: Some(40 * MIB),
-        max_non_split_rounding: 30 * MIB,
-        garbage_collection_threshold: 0.5,
-        roundup_power2_divisions: runs(&[(8, 7), (2, 1), (4, 1), (2, 1), (4, 1), (1, 5)]),
-        expandable_segments: true,
-        pinned_use_background_threads: true,
-        ..cfg()
-    }
+    AllocatorConfig::builder()
+        .max_split_size(40 * MIB)
+        .max_non_split_rounding(30 * MIB)
+        .garbage_collection_threshold(0.5)
+        .roundup_power2_divisions(runs(&[(8, 7), (2, 1), (4, 1), (2, 1), (4, 1), (1, 5)]))
+        .expandable_segments(true)
+        .pinned_use_background_threads(true)
+        .build()
+        .unwrap()
 )]
-#[case::fraction("per_process_memory_fraction:0.5", AllocatorConfig { per_process_memory_fraction: Some(0.5), ..cfg() })]
-#[case::fraction_one("per_process_memory_fraction:1", AllocatorConfig { per_process_memory_fraction: Some(1.0), ..cfg() })]
-#[case::backend_async("backend:cudaMallocAsync", AllocatorConfig { backend: Backend::CudaMallocAsync, ..cfg() })]
+#[case::fraction("per_process_memory_fraction:0.5", AllocatorConfig::builder().per_process_memory_fraction(0.5).build().unwrap())]
+#[case::fraction_one("per_process_memory_fraction:1", AllocatorConfig::builder().per_process_memory_fraction(1.0).build().unwrap())]
+#[case::backend_async("backend:cudaMallocAsync", AllocatorConfig::builder().backend(Backend::CudaMallocAsync).build().unwrap())]
 #[case::backend_native("backend:native", cfg())]
 #[case::pinned_knobs(
     "release_lock_on_cudamalloc:True,pinned_use_cuda_host_register:True,pinned_num_register_threads:8,\
      pinned_reserve_segment_size_mb:64,pinned_use_background_threads:True,graph_capture_record_stream_reuse:True",
-    AllocatorConfig {
-        release_lock_on_cudamalloc: true,
-        pinned_use_cuda_host_register: true,
-        pinned_num_register_threads: 8,
-        pinned_reserve_segment_size_mb: 64,
-        pinned_use_background_threads: true,
-        graph_capture_record_stream_reuse: true,
-        ..cfg()
-    }
+    AllocatorConfig::builder()
+        .release_lock_on_cudamalloc(true)
+        .pinned_use_cuda_host_register(true)
+        .pinned_num_register_threads(8)
+        .pinned_reserve_segment_size_mb(64)
+        .pinned_use_background_threads(true)
+        .graph_capture_record_stream_reuse(true)
+        .build()
+        .unwrap()
 )]
-#[case::pinned_threads_max("pinned_num_register_threads:128", AllocatorConfig { pinned_num_register_threads: 128, ..cfg() })]
+#[case::pinned_threads_max("pinned_num_register_threads:128", AllocatorConfig::builder().pinned_num_register_threads(128).build().unwrap())]
 #[case::hip_aliases(
     "release_lock_on_hipmalloc:True,pinned_use_hip_host_register:True",
-    AllocatorConfig { release_lock_on_cudamalloc: true, pinned_use_cuda_host_register: true, ..cfg() }
+    AllocatorConfig::builder()
+        .release_lock_on_cudamalloc(true)
+        .pinned_use_cuda_host_register(true)
+        .build()
+        .unwrap()
 )]
 #[case::all_knobs(
     "backend:native,max_split_size_mb:512,max_non_split_rounding_mb:64,roundup_power2_divisions:[1:1,>:4],\
      garbage_collection_threshold:0.8,expandable_segments:True,per_process_memory_fraction:0.75,\
      release_lock_on_cudamalloc:True,pinned_use_cuda_host_register:True,pinned_num_register_threads:4,\
      pinned_reserve_segment_size_mb:1,pinned_use_background_threads:True,graph_capture_record_stream_reuse:True",
-    AllocatorConfig {
-        max_split_size: Some(512 * MIB),
-        max_non_split_rounding: 64 * MIB,
-        roundup_power2_divisions: runs(&[(1, 1), (4, 15)]),
-        garbage_collection_threshold: 0.8,
-        expandable_segments: true,
-        per_process_memory_fraction: Some(0.75),
-        backend: Backend::Native,
-        release_lock_on_cudamalloc: true,
-        pinned_use_cuda_host_register: true,
-        pinned_num_register_threads: 4,
-        pinned_reserve_segment_size_mb: 1,
-        pinned_use_background_threads: true,
-        graph_capture_record_stream_reuse: true,
-    }
+    AllocatorConfig::builder()
+        .max_split_size(512 * MIB)
+        .max_non_split_rounding(64 * MIB)
+        .roundup_power2_divisions(runs(&[(1, 1), (4, 15)]))
+        .garbage_collection_threshold(0.8)
+        .expandable_segments(true)
+        .per_process_memory_fraction(0.75)
+        .backend(Backend::Native)
+        .release_lock_on_cudamalloc(true)
+        .pinned_use_cuda_host_register(true)
+        .pinned_num_register_threads(4)
+        .pinned_reserve_segment_size_mb(1)
+        .pinned_use_background_threads(true)
+        .graph_capture_record_stream_reuse(true)
+        .build()
+        .unwrap()
 )]
 fn good_strings(#[case] input: &str, #[case] expected: AllocatorConfig) {
     let parsed = AllocatorConfig::parse(input).unwrap_or_else(|e| panic!("{input:?}: {e}"));
@@ -519,10 +533,10 @@ fn bad_string_messages() {
 #[case::max(usize::MAX, 15)]
 fn roundup_interval_index(#[case] size: usize, #[case] index: usize) {
     assert_eq!(AllocatorConfig::roundup_power2_index(size), index);
-    let c = AllocatorConfig {
-        roundup_power2_divisions: std::array::from_fn(|i| 100 + i),
-        ..cfg()
-    };
+    // Not valid divisions (the builder would refuse them), so set in place: they only mark
+    // which entry a size reads.
+    let mut c = cfg();
+    c.roundup_power2_divisions = std::array::from_fn(|i| 100 + i);
     assert_eq!(c.roundup_power2_divisions_for(size), 100 + index);
 }
 
@@ -536,40 +550,35 @@ fn queries() {
 
 #[test]
 fn validate_rejects_hand_built_nonsense() {
-    let bad = [
-        AllocatorConfig {
-            max_split_size: Some(64 * MIB + 1),
-            ..cfg()
-        },
-        AllocatorConfig {
-            max_split_size: Some(19 * MIB),
-            ..cfg()
-        },
-        AllocatorConfig {
-            max_non_split_rounding: MIB,
-            ..cfg()
-        },
-        AllocatorConfig {
-            roundup_power2_divisions: [3; 16],
-            ..cfg()
-        },
-        AllocatorConfig {
-            garbage_collection_threshold: 1.0,
-            ..cfg()
-        },
-        AllocatorConfig {
-            garbage_collection_threshold: f64::NAN,
-            ..cfg()
-        },
-        AllocatorConfig {
-            per_process_memory_fraction: Some(0.0),
-            ..cfg()
-        },
-        AllocatorConfig {
-            pinned_num_register_threads: 0,
-            ..cfg()
-        },
+    // The builder refuses them with validate's errors.
+    let b = AllocatorConfig::builder;
+    let refused = [
+        b().max_split_size(64 * MIB + 1).build(),
+        b().max_split_size(19 * MIB).build(),
+        b().max_non_split_rounding(MIB).build(),
+        b().roundup_power2_divisions([3; 16]).build(),
+        b().garbage_collection_threshold(1.0).build(),
+        b().garbage_collection_threshold(f64::NAN).build(),
+        b().per_process_memory_fraction(0.0).build(),
+        b().pinned_num_register_threads(0).build(),
     ];
+    let built_keys: Vec<&str> = refused
+        .iter()
+        .map(|r| match r {
+            Err(ConfigError::InvalidValue { key, .. }) => *key,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // And so does validate, for the same values set in place on a valid config.
+    let mut bad = vec![cfg(); 8];
+    bad[0].max_split_size = Some(64 * MIB + 1);
+    bad[1].max_split_size = Some(19 * MIB);
+    bad[2].max_non_split_rounding = MIB;
+    bad[3].roundup_power2_divisions = [3; 16];
+    bad[4].garbage_collection_threshold = 1.0;
+    bad[5].garbage_collection_threshold = f64::NAN;
+    bad[6].per_process_memory_fraction = Some(0.0);
+    bad[7].pinned_num_register_threads = 0;
     let keys: Vec<&str> = bad
         .iter()
         .map(|c| match c.validate() {
@@ -577,6 +586,7 @@ fn validate_rejects_hand_built_nonsense() {
             other => panic!("{c:?}: {other:?}"),
         })
         .collect();
+    assert_eq!(built_keys, keys);
     assert_eq!(
         keys,
         [
@@ -714,10 +724,10 @@ fn from_settings_of_a_pytorch_snapshot() {
         ),
         ("some_future_key", SettingValue::Int(7)),
     ];
-    let mut want = AllocatorConfig {
-        expandable_segments: true,
-        ..cfg()
-    };
+    let mut want = AllocatorConfig::builder()
+        .expandable_segments(true)
+        .build()
+        .unwrap();
     want.roundup_power2_divisions[0] = 2;
     want.roundup_power2_divisions[15] = 8;
     assert_eq!(AllocatorConfig::from_settings(&settings), Ok(want));
@@ -727,10 +737,10 @@ fn from_settings_of_a_pytorch_snapshot() {
     with_string[0].1 = SettingValue::Str("max_split_size_mb:200".into());
     assert_eq!(
         AllocatorConfig::from_settings(&with_string),
-        Ok(AllocatorConfig {
-            max_split_size: Some(200 * MIB),
-            ..cfg()
-        })
+        Ok(AllocatorConfig::builder()
+            .max_split_size(200 * MIB)
+            .build()
+            .unwrap())
     );
 
     // Nothing at all (a snapshot from before torch 2.4 has no settings): the default.
@@ -770,10 +780,10 @@ fn env(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option
 #[test]
 fn environment_lookup() {
     let split = |mb| {
-        Ok(AllocatorConfig {
-            max_split_size: Some(mb * MIB),
-            ..cfg()
-        })
+        Ok(AllocatorConfig::builder()
+            .max_split_size(mb * MIB)
+            .build()
+            .unwrap())
     };
     assert_eq!(AllocatorConfig::from_env_with(env(&[])), Ok(cfg()));
     assert_eq!(
@@ -823,5 +833,22 @@ fn environment_not_utf8() {
             }
         ),
         "{err:?}"
+    );
+}
+
+#[test]
+fn the_builder_starts_from_the_defaults_or_a_config() {
+    assert_eq!(AllocatorConfig::builder().build(), Ok(cfg()));
+    let base = AllocatorConfig::parse("expandable_segments:True,max_split_size_mb:64").unwrap();
+    assert_eq!(base.to_builder().build(), Ok(base.clone()));
+    // Setting an Option knob to None clears it.
+    let cleared = base.to_builder().max_split_size(None).build().unwrap();
+    assert_eq!(cleared.to_string(), "expandable_segments:True");
+    // The error is the configuration string's, for the same value.
+    assert_eq!(
+        AllocatorConfig::builder()
+            .pinned_num_register_threads(3)
+            .build(),
+        AllocatorConfig::parse("pinned_num_register_threads:3")
     );
 }

@@ -52,21 +52,22 @@ prop_compose! {
         threads_log2 in 0u32..=7,
         pinned_reserve_segment_size_mb in prop_oneof![Just(0usize), 1usize..1_000_000],
     ) -> AllocatorConfig {
-        AllocatorConfig {
-            max_split_size,
-            max_non_split_rounding,
-            roundup_power2_divisions,
-            garbage_collection_threshold,
-            expandable_segments,
-            per_process_memory_fraction,
-            backend,
-            release_lock_on_cudamalloc: bools[0],
-            pinned_use_cuda_host_register: bools[1],
-            pinned_num_register_threads: 1 << threads_log2,
-            pinned_reserve_segment_size_mb,
-            pinned_use_background_threads: bools[2],
-            graph_capture_record_stream_reuse: bools[3],
-        }
+        AllocatorConfig::builder()
+            .max_split_size(max_split_size)
+            .max_non_split_rounding(max_non_split_rounding)
+            .roundup_power2_divisions(roundup_power2_divisions)
+            .garbage_collection_threshold(garbage_collection_threshold)
+            .expandable_segments(expandable_segments)
+            .per_process_memory_fraction(per_process_memory_fraction)
+            .backend(backend)
+            .release_lock_on_cudamalloc(bools[0])
+            .pinned_use_cuda_host_register(bools[1])
+            .pinned_num_register_threads(1 << threads_log2)
+            .pinned_reserve_segment_size_mb(pinned_reserve_segment_size_mb)
+            .pinned_use_background_threads(bools[2])
+            .graph_capture_record_stream_reuse(bools[3])
+            .build()
+            .expect("every strategy gives a valid value")
     }
 }
 
@@ -145,14 +146,15 @@ proptest! {
             .into_iter()
             .filter(|(k, _)| *k != "PYTORCH_CUDA_ALLOC_CONF")
             .collect();
-        let expected = AllocatorConfig {
-            max_non_split_rounding: AllocatorConfig::default().max_non_split_rounding,
-            per_process_memory_fraction: None,
-            backend: Backend::Native,
-            pinned_reserve_segment_size_mb: 0,
-            pinned_use_background_threads: false,
-            ..config
-        };
+        let expected = config
+            .to_builder()
+            .max_non_split_rounding(AllocatorConfig::default().max_non_split_rounding)
+            .per_process_memory_fraction(None)
+            .backend(Backend::Native)
+            .pinned_reserve_segment_size_mb(0)
+            .pinned_use_background_threads(false)
+            .build()
+            .unwrap();
         // Split sizes above i64::MAX saturate in the dict.
         if expected.max_split_size.is_none_or(|s| i64::try_from(s).is_ok()) {
             prop_assert_eq!(AllocatorConfig::from_settings(&fields), Ok(expected));

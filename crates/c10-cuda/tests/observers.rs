@@ -221,16 +221,20 @@ fn observers_see_the_failing_device() {
     front.attach_out_of_memory_observer(Arc::new(move |o: &OomObservation| s.lock().push(*o)));
     front.raw_alloc(0, 40 << 20).unwrap();
     assert!(front.raw_alloc(1, 40 << 20).is_err());
-    assert_eq!(
-        seen.lock().as_slice(),
-        &[OomObservation {
-            device: 1,
-            alloc: 40 << 20,
-            device_total: 32 << 20,
-            device_free: 32 << 20,
-            requested: 40 << 20,
-        }]
-    );
+    let seen: Vec<_> = seen
+        .lock()
+        .iter()
+        .map(|o| {
+            (
+                o.device,
+                o.alloc,
+                o.device_total,
+                o.device_free,
+                o.requested,
+            )
+        })
+        .collect();
+    assert_eq!(seen, [(1, 40 << 20, 32 << 20, 32 << 20, 40 << 20)]);
 }
 
 /// `(action, addr, size, stream)` of each entry.

@@ -1,7 +1,8 @@
-//! The out-of-memory message in the states that pick different hints.
+//! The out-of-memory message in the states that pick different hints (unit tests: the error is
+//! `#[non_exhaustive]`, so only this crate can write one with made-up figures).
 
-use c10_cuda::TorchVersion;
-use c10_cuda::oom::OutOfMemoryError;
+use super::OutOfMemoryError;
+use crate::rules::TorchVersion;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
