@@ -6,6 +6,7 @@
 //! exactly what broke. See CONTRIBUTING.md for when to run which task.
 
 mod gpu_bundle;
+mod msrv;
 mod steps;
 mod tasks;
 
@@ -15,9 +16,12 @@ const USAGE: &str = "\
 usage: cargo xtask <task> [args]
 
 tasks:
-  ci          fmt --check, clippy -D warnings, tests (nextest if installed), the Python
+  ci          fmt --check, clippy -D warnings, msrv, tests (nextest if installed), the Python
               module (venv + pip install + pytest), loom, doc tests, docs with warnings
               denied: exactly what CI runs
+  msrv        the declared rust-version against every dependency's (cargo metadata), then
+              cargo +VERSION check --workspace --all-targets when that toolchain is installed
+              (says SKIPPED otherwise)
   python      only the Python module's step: venv, pip install ./crates/tensormem-py, pytest
   gpu-test    probe for a CUDA driver and device, then run the GPU-only tests and
               (where a CUDA build of torch exists) PyTorch on libtensormem_alloc.so;
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
     let rest = &args[1..];
     let result = match task.as_str() {
         "ci" => tasks::ci(),
+        "msrv" => msrv::msrv(),
         "python" => tasks::python(),
         "gpu-test" => tasks::gpu_test(),
         "gpu-bundle" => gpu_bundle::gpu_bundle(),

@@ -27,6 +27,8 @@ pub fn ci() -> TaskResult {
     ]);
     run("clippy", clippy)?;
 
+    crate::msrv::msrv()?;
+
     outside_cudarc()?;
 
     let mut tests = if tool_available("cargo-nextest", &["nextest", "--version"]) {
