@@ -109,6 +109,8 @@ pub struct Explanation {
     pub advice: Option<Advice>,
     /// The figures this snapshot cannot give, each with the reason.
     pub unknown: Vec<String>,
+    /// One line first: fragmentation or too much live memory, and who holds the most.
+    pub verdict: String,
 }
 
 /// Options of [`explain`].
@@ -270,7 +272,16 @@ pub fn explain(snap: &Snapshot, file: &str, opts: &ExplainOptions) -> Result<Exp
                     .to_string(),
             );
             let dev = snap.segments.first().map_or(0, |s| s.device);
-            let live = top_sites::live_in_dump(snap, dev);
+            // With a history, the dump's live blocks are those live at its end: the ones
+            // allocated before recording began (and never freed) are named so.
+            let live = match device {
+                Some(d) => {
+                    let st = crate::start_state::start_state(snap, d, &snap.config());
+                    let last = snap.traces[d].len().saturating_sub(1);
+                    top_sites::live_at(snap, d, last, Some(&st))
+                }
+                None => top_sites::live_in_dump(snap, dev),
+            };
             let sites = if live.iter().any(|a| a.frames.is_some()) {
                 Some(top_sites::top_sites(&live, opts.top, Grouping::TopFrame))
             } else {
@@ -367,7 +378,15 @@ pub fn explain(snap: &Snapshot, file: &str, opts: &ExplainOptions) -> Result<Exp
         }
     }
     let _ = opts.show_segments;
+    let verdict = verdict(
+        reserved,
+        allocated,
+        request.as_ref(),
+        &pools,
+        top_sites.as_deref(),
+    );
     Ok(Explanation {
+        verdict,
         file: file.to_string(),
         moment,
         request,
@@ -383,11 +402,92 @@ pub fn explain(snap: &Snapshot, file: &str, opts: &ExplainOptions) -> Result<Exp
     })
 }
 
+/// The percentage `a / b` with two decimals (`n/a` when `b` is 0).
+fn percent(a: u64, b: u64) -> String {
+    if b == 0 {
+        "n/a".to_string()
+    } else {
+        format!("{:.2}%", 100.0 * a as f64 / b as f64)
+    }
+}
+
+/// The verdict line. With a failed request: fragmentation when its pool's free bytes plus the
+/// device's would have held it but no free block of the pool did; too much live memory when
+/// they would not; else the recorded state had a free block for it. Without one: the share of
+/// reserved memory allocated, and the most fragmentation can waste (the free reserved bytes,
+/// cached or split).
+/// Then the call site holding the most.
+fn verdict(
+    reserved: u64,
+    allocated: u64,
+    request: Option<&FailedRequest>,
+    pools: &[PoolFree],
+    top: Option<&[Site]>,
+) -> String {
+    let share = percent(allocated, reserved);
+    let free = reserved.saturating_sub(allocated);
+    let mut v = match request {
+        Some(r) => {
+            let (pool_free, largest) = pools
+                .iter()
+                .find(|p| p.pool == r.pool && p.stream == r.stream)
+                .map_or((0, 0), |p| (p.free_bytes, p.largest_free_block));
+            if largest >= r.size {
+                format!(
+                    "Verdict: a free block of its pool ({}) holds the request of {}: the state rebuilt here could have \
+                     served it",
+                    format_size(largest),
+                    format_size(r.size)
+                )
+            } else if pool_free + r.device_free >= r.size {
+                format!(
+                    "Verdict: fragmentation: the request of {} needed one block; its pool had {} free (largest block {}) \
+                     and the device {}: enough bytes, not in one piece",
+                    format_size(r.size),
+                    format_size(pool_free),
+                    format_size(largest),
+                    format_size(r.device_free)
+                )
+            } else {
+                format!(
+                    "Verdict: too much live memory, not fragmentation: {share} of reserved memory is allocated ({} of {}); \
+                     its pool's free bytes and the device's ({} + {}) are less than the request of {}",
+                    format_size(allocated),
+                    format_size(reserved),
+                    format_size(pool_free),
+                    format_size(r.device_free),
+                    format_size(r.size)
+                )
+            }
+        }
+        None => format!(
+            "Verdict: {share} of reserved memory is allocated ({} of {}): at most {} ({}) is free for \
+             fragmentation to waste",
+            format_size(allocated),
+            format_size(reserved),
+            format_size(free),
+            percent(free, reserved)
+        ),
+    };
+    if let Some(site) = top.and_then(|t| t.first()) {
+        let _ = write!(
+            v,
+            "; {} holds {} in {} allocation{}",
+            site.site,
+            format_size(site.bytes),
+            site.count,
+            if site.count == 1 { "" } else { "s" }
+        );
+    }
+    v
+}
+
 impl Explanation {
     /// The text report; `show_segments` segments are listed.
     pub fn text(&self, show_segments: usize) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "tensormem explain {}", self.file);
+        let _ = writeln!(s, "  {}", self.verdict);
         match &self.request {
             Some(r) => {
                 let _ = writeln!(

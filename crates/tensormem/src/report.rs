@@ -526,7 +526,9 @@ pub fn top_sites_text(title: &str, sites: &[Site]) -> String {
             }
         }
     }
-    if sites.iter().all(|x| x.site == crate::top_sites::NO_STACK) {
+    if sites.iter().all(|x| {
+        x.site == crate::top_sites::NO_STACK || x.site == crate::top_sites::BEFORE_RECORDING
+    }) {
         let _ = writeln!(
             s,
             "  (the snapshot records no stacks: record them with \

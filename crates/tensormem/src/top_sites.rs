@@ -19,10 +19,14 @@ use crate::start_state::StartState;
 /// The site of allocations whose stack was not recorded.
 pub const NO_STACK: &str = "<no stack recorded>";
 
+/// The site of blocks without a stack that were allocated before recording began (live in the
+/// start state: usually the weights and optimizer state).
+pub const BEFORE_RECORDING: &str = "<no stack: allocated before recording began>";
+
 /// One call site and what its live allocations hold.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Site {
-    /// `filename:line:name` of the top user frame (or [`NO_STACK`]).
+    /// `filename:line:name` of the top user frame (or [`NO_STACK`], [`BEFORE_RECORDING`]).
     pub site: String,
     /// Requested bytes of its live allocations.
     pub bytes: u64,
@@ -120,6 +124,8 @@ pub struct LiveAlloc {
     pub bytes: u64,
     /// Its stack, when recorded.
     pub frames: Option<Frames>,
+    /// Allocated before recording began (a block of the start state).
+    pub before_recording: bool,
 }
 
 /// The allocations live in `device`'s recording just after event `index` (inclusive). With a
@@ -162,6 +168,7 @@ pub fn live_at(
                 LiveAlloc {
                     bytes: b.request_bytes(),
                     frames: stacks.get(&b.address).cloned(),
+                    before_recording: true,
                 },
             );
         }
@@ -174,6 +181,7 @@ pub fn live_at(
                     LiveAlloc {
                         bytes: e.size,
                         frames: e.frames.clone(),
+                        before_recording: false,
                     },
                 );
             }
@@ -202,6 +210,7 @@ pub fn live_in_dump(snapshot: &Snapshot, device: u8) -> Vec<LiveAlloc> {
                 b.size
             },
             frames: b.frames.clone(),
+            before_recording: false,
         })
         .collect()
 }
@@ -211,7 +220,12 @@ pub fn top_sites(live: &[LiveAlloc], n: usize, grouping: Grouping) -> Vec<Site> 
     let mut groups: HashMap<String, Site> = HashMap::new();
     for a in live {
         let frames = a.frames.as_deref().unwrap_or(&[]);
-        let site = top_user_frame(frames).map_or_else(|| NO_STACK.to_string(), format_frame);
+        let unknown = if a.before_recording && a.frames.is_none() {
+            BEFORE_RECORDING
+        } else {
+            NO_STACK
+        };
+        let site = top_user_frame(frames).map_or_else(|| unknown.to_string(), format_frame);
         let (key, stack) = match grouping {
             Grouping::TopFrame => (site.clone(), None),
             Grouping::FullStack => {
@@ -289,18 +303,22 @@ mod tests {
             LiveAlloc {
                 bytes: 100,
                 frames: Some(a.clone()),
+                before_recording: false,
             },
             LiveAlloc {
                 bytes: 300,
                 frames: Some(b.clone()),
+                before_recording: false,
             },
             LiveAlloc {
                 bytes: 250,
                 frames: Some(a),
+                before_recording: false,
             },
             LiveAlloc {
                 bytes: 7,
                 frames: None,
+                before_recording: false,
             },
         ];
         let sites = top_sites(&live, 2, Grouping::TopFrame);
@@ -319,6 +337,30 @@ mod tests {
         assert_eq!(
             all[0].stack.as_deref(),
             Some(&["/u/a.py:1:f".to_string()][..])
+        );
+    }
+
+    #[test]
+    fn blocks_from_before_recording_say_so() {
+        let live = vec![
+            LiveAlloc {
+                bytes: 5,
+                frames: None,
+                before_recording: true,
+            },
+            LiveAlloc {
+                bytes: 3,
+                frames: None,
+                before_recording: false,
+            },
+        ];
+        let sites = top_sites(&live, 10, Grouping::TopFrame);
+        assert_eq!(
+            sites
+                .iter()
+                .map(|s| (s.site.as_str(), s.bytes))
+                .collect::<Vec<_>>(),
+            vec![(BEFORE_RECORDING, 5), (NO_STACK, 3)]
         );
     }
 }

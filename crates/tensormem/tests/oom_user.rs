@@ -696,3 +696,35 @@ fn html_report_of_a_replay_and_of_advise() {
     assert!(html.contains("Allocator settings, best first"));
     assert!(html.contains("export PYTORCH_CUDA_ALLOC_CONF="));
 }
+
+/// explain's first line is the verdict: on the dump taken at an OOM, not fragmentation (99.96%
+/// of reserved memory allocated) and who holds it; on lm_small made to fail on 3 GiB,
+/// fragmentation (enough free bytes, not in one block).
+#[test]
+fn explain_starts_with_a_verdict() {
+    let Some(text) = on_shared("explain", "opt1.3b_inference_at_oom_state.pickle", &[]) else {
+        return;
+    };
+    assert_eq!(
+        text.lines().nth(1),
+        Some(
+            "  Verdict: 99.96% of reserved memory is allocated (11.03 GiB of 11.03 GiB): at most 4.34 MiB \
+             (0.04%) is free for fragmentation to waste; /home/dingyiran/FlexGen/flexgen/pytorch_backend.py:190:allocate \
+             holds 11.03 GiB in 460 allocations"
+        )
+    );
+    let text = on_shared(
+        "explain",
+        "lm2.7b_ctx128_trainstep_fp32.pickle",
+        &["--json"],
+    )
+    .expect("present");
+    let doc: Json = serde_json::from_str(&text).expect("json");
+    assert!(
+        doc["verdict"].as_str().unwrap().ends_with(
+            "<no stack: allocated before recording began> holds 12.69 GiB in 324 allocations"
+        ),
+        "{}",
+        doc["verdict"]
+    );
+}
