@@ -21,6 +21,7 @@ use crate::history::{Clock, Frames, RecordContext};
 use crate::observer::{OomObservation, OutOfMemoryObserver, TraceTracker};
 use crate::snapshot::DeviceSnapshot;
 use crate::stats::DeviceStats;
+use crate::thread_cache::{Freed, Key, ThreadCaches};
 
 /// A function the allocator may call to free memory before it asks the device for more
 /// (PyTorch's `FreeMemoryCallback` registry). Returns whether it freed anything. It runs
@@ -51,6 +52,12 @@ pub struct CachingAllocator<D: DeviceMemory> {
     record_context: AtomicU8,
     /// The [`Stacks`] kind, as its number.
     stacks: AtomicU8,
+    /// Small blocks kept per thread while a device lock is contended ([`crate::thread_cache`]).
+    caches: ThreadCaches,
+    /// Whether a trace tracker is attached (then nothing bypasses the allocator).
+    trackers: std::sync::atomic::AtomicBool,
+    /// Whether memory history is recorded (likewise).
+    history: std::sync::atomic::AtomicBool,
 }
 
 impl<D: DeviceMemory> CachingAllocator<D> {
@@ -80,6 +87,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             oom_observers: RwLock::new(Vec::new()),
             record_context: AtomicU8::new(RecordContext::Never as u8),
             stacks: AtomicU8::new(Stacks::Caller as u8),
+            caches: ThreadCaches::new(),
+            trackers: Default::default(),
+            history: Default::default(),
         })
     }
 
@@ -135,6 +145,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// called with the device index and each trace entry from now on, whether or not history is
     /// recorded, while that device's lock is held (see [`TraceTracker`] for what it must not do).
     pub fn attach_allocator_trace_tracker(&self, tracker: TraceTracker) {
+        self.trackers.store(true, Ordering::Relaxed);
+        self.update_bypass();
         for d in &self.devices {
             d.lock().attach_trace_tracker(Arc::clone(&tracker));
         }
@@ -189,9 +201,29 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         if size == 0 {
             return Ok(0);
         }
+        let key = Key {
+            device,
+            stream,
+            size,
+        };
+        if self.caches.may_serve(size) {
+            let (hit, done) = self.caches.take(key);
+            self.free_drained(done);
+            if let Some(ptr) = hit {
+                return Ok(ptr);
+            }
+        }
         let context = self.gather_context(RecordContext::State);
         let dev = self.dev(device)?;
-        let result = self.malloc_locked(dev, size, stream, context);
+        let mut result = self.malloc_locked(dev, size, stream, context.clone());
+        if matches!(result, Err(Error::OutOfMemory(_))) {
+            // Blocks waiting in thread caches are the allocator's to reuse: free them, retry.
+            let drained = self.caches.drain_all();
+            if !drained.is_empty() {
+                self.free_drained(drained);
+                result = self.malloc_locked(dev, size, stream, context);
+            }
+        }
         // The device lock is released here: observers may call back into the allocator.
         let allocation = match result {
             Ok(a) => a,
@@ -212,6 +244,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
                 .lock()
                 .insert(allocation.ptr, device);
         }
+        if self.caches.may_serve(size) {
+            self.caches.handed_out(allocation.ptr, key);
+        }
         Ok(allocation.ptr)
     }
 
@@ -224,7 +259,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         stream: StreamId,
         context: Option<Frames>,
     ) -> Result<Allocation> {
-        let mut guard = dev.lock();
+        let mut guard = self.lock(dev);
         let cached = with_context(&mut guard, context.clone(), |a| {
             a.try_malloc_cached(size, stream)
         })?;
@@ -262,16 +297,72 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.delete_with(ptr, context)
     }
 
-    /// [`Self::raw_delete`] with the free's stack given.
+    /// [`Self::raw_delete`] with the free's stack given: into the caller's thread cache when it
+    /// takes the block ([`crate::thread_cache`]), else to the allocator.
     fn delete_with(&self, ptr: DevicePtr, context: Option<Frames>) -> Result<()> {
+        if self.caches.tracking() {
+            let (outcome, done) = self.caches.free(ptr);
+            self.free_drained(done);
+            match outcome {
+                Freed::Cached => return Ok(()),
+                Freed::Twice => return Err(Error::UnknownPointer { ptr }),
+                Freed::Allocator => {}
+            }
+        }
+        self.delete_locked(ptr, context)
+    }
+
+    /// The allocator's free of `ptr`, under its device's lock.
+    fn delete_locked(&self, ptr: DevicePtr, context: Option<Frames>) -> Result<()> {
         if self.single {
-            return with_context(&mut self.devices[0].lock(), context, |a| a.free(ptr))
+            return with_context(&mut self.lock(&self.devices[0]), context, |a| a.free(ptr))
                 .map_err(unknown_pointer);
         }
         let Some(device) = self.shard(ptr).lock().remove(&ptr) else {
             return Err(Error::UnknownPointer { ptr });
         };
-        with_context(&mut self.dev(device)?.lock(), context, |a| a.free(ptr))
+        with_context(&mut self.lock(self.dev(device)?), context, |a| a.free(ptr))
+    }
+
+    /// A device's lock: `try_lock` first; when another thread holds it, the caller enters the
+    /// thread caches' contended mode ([`crate::thread_cache`]) and waits.
+    #[inline(always)]
+    fn lock<'a>(
+        &self,
+        dev: &'a Mutex<DeviceCachingAllocator<D>>,
+    ) -> parking_lot::MutexGuard<'a, DeviceCachingAllocator<D>> {
+        match dev.try_lock() {
+            Some(guard) => guard,
+            None => {
+                self.caches.contended();
+                dev.lock()
+            }
+        }
+    }
+
+    /// Gives the blocks waiting in thread caches back to the allocator, so that what is reported
+    /// next (stats, snapshots, cache info) counts only the user's blocks as allocated.
+    fn settle(&self) {
+        if self.caches.tracking() {
+            self.free_drained(self.caches.drain_all());
+        }
+    }
+
+    /// Frees blocks taken out of thread caches to the allocator (they are live: cannot fail).
+    fn free_drained(&self, blocks: Vec<(Key, DevicePtr)>) {
+        for (_, ptr) in blocks {
+            let _ = self.delete_locked(ptr, None);
+        }
+    }
+
+    /// Thread caches off while history is recorded or a trace tracker is attached (every
+    /// event must reach them); turning them off frees what they hold.
+    fn update_bypass(&self) {
+        let bypass = self.trackers.load(Ordering::Relaxed) || self.history.load(Ordering::Relaxed);
+        self.caches.set_bypass(bypass);
+        if bypass {
+            self.free_drained(self.caches.drain_all());
+        }
     }
 
     /// The free's stack for a `DataPtr` deleter: a caller location would only name the
@@ -302,6 +393,10 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// # Errors
     /// [`Error::UnknownPointer`] when `ptr` is not live.
     pub fn record_stream(&self, ptr: DevicePtr, stream: StreamId) -> Result<()> {
+        // A block with a recorded stream must reach the allocator's free (its events).
+        if self.caches.tracking() && !self.caches.untrack(ptr) {
+            return Err(Error::UnknownPointer { ptr });
+        }
         let device = self.owner(ptr)?;
         self.dev(device)?
             .lock()
@@ -327,6 +422,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidDevice`].
     pub fn cache_info(&self, device: u8) -> Result<CacheInfo> {
+        self.settle();
         Ok(self.dev(device)?.lock().cache_info())
     }
 
@@ -335,6 +431,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidDevice`].
     pub fn device_stats(&self, device: u8) -> Result<DeviceStats> {
+        self.settle();
         Ok(self.dev(device)?.lock().stats())
     }
 
@@ -360,6 +457,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidDevice`].
     pub fn reset_peak_stats(&self, device: u8) -> Result<()> {
+        self.settle();
         self.dev(device)?.lock().reset_peak_stats();
         Ok(())
     }
@@ -369,6 +467,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidDevice`].
     pub fn reset_accumulated_stats(&self, device: u8) -> Result<()> {
+        self.settle();
         self.dev(device)?.lock().reset_accumulated_stats();
         Ok(())
     }
@@ -409,6 +508,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// [`Error::Device`] from the first device that fails.
     #[track_caller]
     pub fn empty_cache(&self) -> Result<()> {
+        self.free_drained(self.caches.drain_all());
         let context = self.gather_context(RecordContext::All);
         for d in &self.devices {
             with_context(&mut d.lock(), context.clone(), |a| a.empty_cache())?;
@@ -442,6 +542,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         };
         self.stacks.store(options.stacks as u8, Ordering::Relaxed);
         self.record_context.store(context as u8, Ordering::Relaxed);
+        self.history
+            .store(options.max_entries > 0, Ordering::Relaxed);
+        self.update_bypass();
         for d in &self.devices {
             d.lock().record_memory_history(options);
         }
@@ -449,6 +552,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     /// Every device's segments and history (`torch.cuda.memory._snapshot()`).
     pub fn snapshot(&self) -> Vec<DeviceSnapshot> {
+        self.settle();
         self.devices.iter().map(|d| d.lock().snapshot()).collect()
     }
 

@@ -92,6 +92,7 @@ pub mod snapshot;
 pub mod snapshot_pickle;
 pub mod stats;
 pub mod summary;
+pub mod thread_cache;
 pub mod try_malloc;
 
 pub use allocator::{Allocation, CacheInfo, DeviceCachingAllocator};
