@@ -11,13 +11,12 @@ use std::time::Duration;
 
 use c10_cuda::call_site::HistoryOptions;
 use c10_cuda::config::{AllocatorConfig, MIB};
+use c10_cuda::device::DevicePtr;
 use c10_cuda::history::TraceAction;
-use c10_cuda::device::{DevicePtr, StreamId};
 use c10_cuda::stats::StatType;
 use c10_cuda::thread_cache::{CONTENDED_OPS, MAX_CACHED};
 use c10_cuda::{CachingAllocator, Error, SimDevice};
 
-const S0: StreamId = StreamId::DEFAULT;
 const ALL: usize = StatType::Aggregate as usize;
 
 fn front(capacity: usize) -> (SimDevice, CachingAllocator<SimDevice>) {
@@ -172,7 +171,10 @@ fn the_fronts_reports_count_only_the_users_blocks() {
     // memory_stats() and friends give the waiting block back first.
     let stats = front.device_stats(0).unwrap();
     assert_eq!(stats.allocated_bytes[ALL].current, 2048);
-    assert_eq!(front.memory_stats(0).unwrap()["allocated_bytes.all.current"], 2048);
+    assert_eq!(
+        front.memory_stats(0).unwrap()["allocated_bytes.all.current"],
+        2048
+    );
     assert_eq!(allocated(&front).0, 2048);
     front.raw_delete(q).unwrap();
 }
