@@ -15,6 +15,7 @@ use crate::generate::{self, Shape};
 use crate::oracle::{Oracle, OracleError};
 use crate::script::Script;
 use crate::shrink::shrink;
+use crate::trace::Line;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -72,6 +73,11 @@ pub struct Report {
     pub pytorch_defects: BTreeMap<&'static str, u64>,
     /// The first case of each defect.
     pub first_defect_case: BTreeMap<&'static str, u64>,
+    /// Scripts the oracle died on (a signal) and then ran on a rerun (see [`CRASH_RERUNS`]);
+    /// they are counted by the outcome of the run that finished.
+    pub crashed_then_ran: u64,
+    /// The first of them.
+    pub first_crash_case: Option<u64>,
     /// Scripts the oracle could not run, with the first message.
     pub oracle_failures: u64,
     /// The first oracle failure's message.
@@ -99,7 +105,7 @@ impl Report {
             .collect();
         format!(
             "oracle torch {}: {} cases, {} ops, {} agreeing, {} deliberate differences{}, {} \
-             PyTorch defects{}, {} divergences, {} oracle failures; {:.0} s ({:.1} cases/s)",
+             PyTorch defects{}, {} divergences, {} oracle failures{}; {:.0} s ({:.1} cases/s)",
             version.checked_release(),
             self.cases,
             self.ops,
@@ -118,6 +124,13 @@ impl Report {
             },
             self.diverging,
             self.oracle_failures,
+            match self.first_crash_case {
+                Some(case) => format!(
+                    " ({} scripts crashed the oracle and ran on a rerun, first case {case})",
+                    self.crashed_then_ran
+                ),
+                None => String::new(),
+            },
             secs,
             self.cases as f64 / secs
         )
@@ -132,15 +145,61 @@ impl Report {
 /// # Errors
 /// [`OracleError`] when the oracle fails on a script our side runs, or cannot run at all.
 pub fn check_script(oracle: &Oracle, script: &Script) -> Result<Option<Outcome>, OracleError> {
+    check_script_counting(oracle, script).0
+}
+
+/// How many more times a script is given to the oracle after it died of a signal. PyTorch
+/// 2.7.1 reads freed memory in `release_available_cached_blocks` (`release_block(*cur,
+/// context); totalReleased += (*cur)->size;`, with `max_split_size_mb` set, when a failed
+/// device allocation releases several oversize blocks), which crashes only for some address
+/// layouts (ASLR): a rerun shows the decisions it makes when it does not crash.
+pub const CRASH_RERUNS: u32 = 8;
+
+/// The oracle's output, run again (up to [`CRASH_RERUNS`] times) while it dies of a signal;
+/// and how many times it died.
+fn run_oracle(oracle: &Oracle, script: &Script) -> (Result<Vec<Line>, OracleError>, u32) {
+    let mut crashes = 0;
+    loop {
+        match oracle.run(script) {
+            Err(OracleError::Failed { status, .. })
+                if status.contains("signal") && crashes < CRASH_RERUNS =>
+            {
+                crashes += 1;
+            }
+            other => return (other, crashes),
+        }
+    }
+}
+
+/// [`check_script`], and how many times the oracle died of a signal on the way (see
+/// [`CRASH_RERUNS`]).
+///
+/// # Errors
+/// As [`check_script`].
+pub fn check_script_counting(
+    oracle: &Oracle,
+    script: &Script,
+) -> (Result<Option<Outcome>, OracleError>, u32) {
     if let Err(e) = crate::api::check(script) {
-        return Ok(Some(Outcome::Diverge(Divergence {
+        let d = Divergence {
             step: 0,
             what: "not a script a PyTorch program can produce".into(),
             theirs: "not run".into(),
             ours: e.to_string(),
-        })));
+        };
+        return (Ok(Some(Outcome::Diverge(d))), 0);
     }
-    let theirs = match oracle.run(script) {
+    let (theirs, crashes) = run_oracle(oracle, script);
+    (compare_with(oracle, script, theirs), crashes)
+}
+
+/// The outcome of `script` given the oracle's run of it.
+fn compare_with(
+    oracle: &Oracle,
+    script: &Script,
+    theirs: Result<Vec<Line>, OracleError>,
+) -> Result<Option<Outcome>, OracleError> {
+    let theirs = match theirs {
         Ok(t) => t,
         Err(OracleError::Failed { status, stderr }) => {
             // A configuration the allocator rejects: ours must reject it too.
@@ -226,8 +285,12 @@ pub fn run(c: &Campaign) -> Result<Report, OracleError> {
                     }
                     let case = c.first_case + k;
                     let script = generate::script(c.seed, case, c.version, c.shape);
-                    let outcome = check_script(&oracle, &script);
+                    let (outcome, crashes) = check_script_counting(&oracle, &script);
                     let mut r = report.lock().expect("report lock");
+                    if crashes > 0 && outcome.as_ref().is_ok_and(Option::is_some) {
+                        r.crashed_then_ran += 1;
+                        r.first_crash_case.get_or_insert(case);
+                    }
                     r.cases += 1;
                     r.ops += script.ops.len() as u64;
                     match outcome {
