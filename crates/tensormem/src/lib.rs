@@ -6,13 +6,14 @@
 //! before the recorded history, [`replay`] reruns the history through `c10_cuda` (parity with
 //! PyTorch's decisions, or from empty), [`sweep`] compares configurations, [`top_sites`] finds
 //! who holds the memory, [`advise`] searches the allocator settings, [`explain`] says why an
-//! allocation failed, [`report`], [`session`] and [`html`] format text, JSON and HTML, [`dump`]
+//! allocation failed, [`diff`] compares two snapshots, [`report`], [`session`] and [`html`] format text, JSON and HTML, [`dump`]
 //! writes our replay in PyTorch's format; [`versions`] finds which PyTorch version's rules
 //! reproduce a recording; [`train`] runs live Dynamic Tensor Rematerialization
 //! on a small model trained on the simulated device.
 
 pub mod advise;
 pub mod demo;
+pub mod diff;
 pub mod dump;
 pub mod error;
 pub mod explain;

@@ -16,7 +16,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tensormem::session::{self, ReplayReport, ReplayRequest};
 use tensormem::size::parse_size;
 use tensormem::train::{self, BudgetChoice, Model, TrainOptions};
-use tensormem::{advise, demo, dump, explain, html, load, plot};
+use tensormem::{advise, demo, diff, dump, explain, html, load, plot};
 
 mod dtr;
 
@@ -48,6 +48,23 @@ enum Command {
     /// Explain an out-of-memory error: the failed request, the free space per segment and
     /// pool, who holds the memory, and the setting that would have avoided it.
     Explain(ExplainArgs),
+    /// Compare two snapshots: segments and bytes at the dump, peaks and fragmentation of each
+    /// history's replay, and the call sites that grew or shrank.
+    Diff(DiffArgs),
+}
+
+#[derive(clap::Args)]
+struct DiffArgs {
+    /// The first snapshot (.pickle or .json).
+    a: PathBuf,
+    /// The second snapshot.
+    b: PathBuf,
+    /// How many call-site changes to list (largest first; the JSON has as many).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    top: usize,
+    /// Print the result as JSON (schema in the README).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -253,6 +270,7 @@ fn main() -> ExitCode {
         Some(Command::Train(args)) => run_train(&args).and_then(|out| ok(emit(out.as_bytes()))),
         Some(Command::Advise(args)) => run_advise(&args).and_then(|out| ok(emit(out.as_bytes()))),
         Some(Command::Explain(args)) => run_explain(&args).and_then(|out| ok(emit(out.as_bytes()))),
+        Some(Command::Diff(args)) => run_diff(&args).and_then(|out| ok(emit(out.as_bytes()))),
     };
     match result {
         Ok(code) => code,
@@ -405,6 +423,24 @@ fn run_advise(args: &AdviseArgs) -> Result<String, String> {
         let _ = writeln!(out, "HTML report written to {}", p.display());
     }
     Ok(out)
+}
+
+/// Runs `tensormem diff` and returns the report.
+fn run_diff(args: &DiffArgs) -> Result<String, String> {
+    if args.top == 0 {
+        return Err("--top: expected at least 1 call site".into());
+    }
+    let a_name = args.a.display().to_string();
+    let b_name = args.b.display().to_string();
+    let a = load::load_path(&args.a).map_err(|e| e.to_string())?;
+    let b = load::load_path(&args.b).map_err(|e| e.to_string())?;
+    let d = diff::diff(&a, &a_name, &b, &b_name, args.top).map_err(|e| e.to_string())?;
+    if args.json {
+        let mut s = serde_json::to_string_pretty(&d).map_err(|e| e.to_string())?;
+        s.push('\n');
+        return Ok(s);
+    }
+    Ok(d.text())
 }
 
 /// Runs `tensormem explain` and returns the report.
