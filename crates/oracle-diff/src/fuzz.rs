@@ -171,8 +171,9 @@ fn run_oracle(oracle: &Oracle, script: &Script) -> (Result<Vec<Line>, OracleErro
     }
 }
 
-/// [`check_script`], and how many times the oracle died of a signal on the way (see
-/// [`CRASH_RERUNS`]).
+/// [`check_script`], and how many times the oracle died of a signal before a run of it
+/// finished (see [`CRASH_RERUNS`]; 0 when no run finished: then the script is judged as one
+/// the oracle refused).
 ///
 /// # Errors
 /// As [`check_script`].
@@ -190,6 +191,7 @@ pub fn check_script_counting(
         return (Ok(Some(Outcome::Diverge(d))), 0);
     }
     let (theirs, crashes) = run_oracle(oracle, script);
+    let crashes = if theirs.is_ok() { crashes } else { 0 };
     (compare_with(oracle, script, theirs), crashes)
 }
 
