@@ -111,15 +111,15 @@ fn install_devices(
 /// after a later [`install`] replaced it.
 ///
 /// # Errors
-/// [`crate::Error::Cuda`] when the front has no device 0.
+/// [`crate::Error::Cuda`] when the front has no device.
 pub fn reinstall(front: &Arc<CachingAllocator<SimDevice>>) -> Result<()> {
-    let count = front.device_count() as u8;
+    let indices = front.device_indices();
     let mut installed = INSTALLED.write();
-    for i in 0..count {
+    for &i in &indices {
         set_device_allocator(Device::sim(i), Arc::new(front.allocator(i)?))?;
     }
-    if count > 0 {
-        c10_core::set_allocator(DeviceType::Sim, Arc::new(front.allocator(0)?), 0)?;
+    if let Some(&first) = indices.first() {
+        c10_core::set_allocator(DeviceType::Sim, Arc::new(front.allocator(first)?), 0)?;
     }
     installed.front = Some(Arc::clone(front));
     Ok(())

@@ -28,6 +28,10 @@ use crate::thread_cache::{Freed, Key, ThreadCaches};
 /// without any allocator lock held, so it may free blocks (for example by evicting tensors).
 pub type FreeMemoryCallback = Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// A device index the front does not serve, in `CachingAllocator::positions` (so a front serves
+/// at most 255 devices).
+const NO_DEVICE: u8 = u8::MAX;
+
 /// Shards of the pointer-to-device map (PyTorch shards its `allocated_blocks` the same way).
 const SHARDS: usize = 16;
 
@@ -40,6 +44,8 @@ const SHARDS: usize = 16;
 /// device lock is taken.
 pub struct CachingAllocator<D: DeviceMemory> {
     devices: Vec<Mutex<DeviceCachingAllocator<D>>>,
+    /// Device index (`cuda:N`) -> position in [`Self::devices`], [`NO_DEVICE`] for none.
+    positions: Box<[u8; 256]>,
     /// Which device handed out each live pointer; kept only with two or more devices (with one,
     /// the device allocator's own pointer map answers, and a pair skips two shard locks and two
     /// hash-map updates).
@@ -61,25 +67,31 @@ pub struct CachingAllocator<D: DeviceMemory> {
 }
 
 impl<D: DeviceMemory> CachingAllocator<D> {
-    /// One allocator per device in `devices` (device `i` must report index `i`), all with
-    /// `config`.
+    /// One allocator per device in `devices`, all with `config`. Devices are named by their
+    /// own [`DeviceMemory::index`] (as in `cuda:N`), in any order and with gaps: a front may
+    /// serve only `cuda:2` and `cuda:5`.
     ///
     /// # Errors
-    /// [`Error::InvalidDevice`] when a device's index does not match its position;
-    /// [`Error::Device`] when a device cannot report its memory.
+    /// [`Error::InvalidDevice`] when two devices report the same index, or for more than 255
+    /// devices (`count` is the number of devices given); [`Error::Device`] when a device cannot
+    /// report its memory.
     pub fn new(devices: Vec<D>, config: AllocatorConfig) -> Result<Self> {
         let count = devices.len();
         let mut out = Vec::with_capacity(count);
+        let mut positions = Box::new([NO_DEVICE; 256]);
         for (i, d) in devices.into_iter().enumerate() {
-            if d.index() as usize != i {
+            let index = d.index();
+            if positions[index as usize] != NO_DEVICE || i >= NO_DEVICE as usize {
                 return Err(Error::InvalidDevice {
-                    device: d.index(),
+                    device: index,
                     count,
                 });
             }
+            positions[index as usize] = i as u8;
             out.push(Mutex::new(DeviceCachingAllocator::new(d, config.clone())?));
         }
         Ok(CachingAllocator {
+            positions,
             single: out.len() == 1,
             devices: out,
             owners: std::array::from_fn(|_| Mutex::new(HashMap::default())),
@@ -98,13 +110,27 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         self.devices.len()
     }
 
-    fn dev(&self, device: u8) -> Result<&Mutex<DeviceCachingAllocator<D>>> {
+    /// Whether the front serves device `device` (`cuda:device`).
+    pub fn has_device(&self, device: u8) -> bool {
+        self.positions[device as usize] != NO_DEVICE
+    }
+
+    /// The indices of the devices served, in the order they were given.
+    pub fn device_indices(&self) -> Vec<u8> {
         self.devices
-            .get(device as usize)
-            .ok_or(Error::InvalidDevice {
+            .iter()
+            .map(|d| d.lock().device().index())
+            .collect()
+    }
+
+    fn dev(&self, device: u8) -> Result<&Mutex<DeviceCachingAllocator<D>>> {
+        match self.positions[device as usize] {
+            NO_DEVICE => Err(Error::InvalidDevice {
                 device,
                 count: self.devices.len(),
-            })
+            }),
+            pos => Ok(&self.devices[pos as usize]),
+        }
     }
 
     fn shard(&self, ptr: DevicePtr) -> &Mutex<HashMap<DevicePtr, u8, FxBuildHasher>> {

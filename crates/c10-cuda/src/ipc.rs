@@ -693,8 +693,7 @@ impl<D: IpcMemory + 'static> CachingAllocator<D> {
     /// [`IpcError::Unsupported`] when the backend cannot share it (an address-only or
     /// non-shareable simulated device); device failures.
     pub fn ipc_handle(&self, ptr: DevicePtr) -> Result<IpcHandle, IpcError> {
-        for device in 0..self.device_count() {
-            let index = device as u8;
+        for index in self.device_indices() {
             let found = self.with_device(index, |a| {
                 let (range, offset, size) = match a.ipc_share_range(ptr) {
                     Ok(found) => found,

@@ -11,6 +11,7 @@ use std::time::Duration;
 use c10_core::{Allocator, DataPtr};
 use c10_cuda::config::{AllocatorConfig, MIB};
 use c10_cuda::device::{DevicePtr, StreamId};
+use c10_cuda::stats::StatType;
 use c10_cuda::{CachingAllocator, Error, SimDevice};
 
 const THREADS: usize = 8;
@@ -327,4 +328,49 @@ fn pointer_errors_with_one_device() {
     assert_pointer_errors(&front, 0, 1);
     let stats = front.memory_stats(0).unwrap();
     assert_eq!(stats["allocation.all.current"], 0);
+}
+
+/// Devices are named by their own index, in any order and with gaps (`cuda:5` and `cuda:2`).
+#[test]
+fn devices_are_named_by_their_own_index() {
+    let devices = vec![
+        SimDevice::address_only(5, 1 << 30),
+        SimDevice::address_only(2, 1 << 30),
+    ];
+    let front = CachingAllocator::new(devices, AllocatorConfig::default()).unwrap();
+    assert_eq!(front.device_indices(), vec![5, 2]);
+    assert!(front.has_device(2) && front.has_device(5) && !front.has_device(0));
+    let a = front.raw_alloc(5, 4096).unwrap();
+    let b = front.raw_alloc(2, 4096).unwrap();
+    let on = |d: u8| {
+        front.device_stats(d).unwrap().allocated_bytes[StatType::Aggregate as usize].current
+    };
+    assert_eq!((on(5), on(2)), (4096, 4096));
+    let snapshot = front.snapshot();
+    assert_eq!(
+        snapshot.iter().map(|s| s.device).collect::<Vec<_>>(),
+        vec![5, 2]
+    );
+    front.raw_delete(a).unwrap();
+    front.raw_delete(b).unwrap();
+    assert_eq!((on(5), on(2)), (0, 0));
+    assert!(matches!(
+        front.raw_alloc(0, 16),
+        Err(Error::InvalidDevice {
+            device: 0,
+            count: 2
+        })
+    ));
+    // Two devices with one index are refused.
+    let twice = vec![
+        SimDevice::address_only(1, 1 << 30),
+        SimDevice::address_only(1, 1 << 30),
+    ];
+    assert!(matches!(
+        CachingAllocator::new(twice, AllocatorConfig::default()),
+        Err(Error::InvalidDevice {
+            device: 1,
+            count: 2
+        })
+    ));
 }

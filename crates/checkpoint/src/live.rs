@@ -309,7 +309,7 @@ impl LiveRuntime {
     ) -> LiveResult<Self> {
         let device = aten::normalize_device(device);
         let index = device.index().unwrap_or(0);
-        if device.is_cpu() || usize::from(index) >= front.device_count() {
+        if device.is_cpu() || !front.has_device(index) {
             return Err(LiveError::InvalidArgument(format!(
                 "live DTR needs a device of the caching allocator ({} device(s)), not {device}",
                 front.device_count()

@@ -25,7 +25,7 @@ impl CudaPinnedMemory {
     /// # Errors
     /// [`DeviceError::Invalid`] when `front` has no such device.
     pub fn new(front: Arc<CachingAllocator<CudaDevice>>, device: u8) -> Result<Self, DeviceError> {
-        if usize::from(device) >= front.device_count() {
+        if !front.has_device(device) {
             return Err(DeviceError::Invalid {
                 what: "device index",
                 value: u64::from(device),
