@@ -141,8 +141,8 @@ fn data_test_report(skip_log: &std::path::Path) -> String {
 /// ./crates/tensormem-py pytest` (PyPI; maturin builds the extension once, in release mode,
 /// into `target/`), then its pytest suite. Without `python3` (or its `venv` module) the step
 /// is skipped with a message, and fails under `CI=true`. When that Python has torch, the venv
-/// sees its packages (`--system-site-packages`) and `tensormem.record`'s tests run; without
-/// torch they are skipped (listed by pytest's `-ra`).
+/// sees the folder torch is installed in (a `.pth` file) and `tensormem.record`'s tests run;
+/// without torch they are skipped (listed by pytest's `-ra`).
 pub fn python() -> TaskResult {
     let step = "python";
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
@@ -170,18 +170,28 @@ pub fn python() -> TaskResult {
         "\n==> [{step}] the tensormem Python module: a fresh venv, `pip install ./crates/tensormem-py` \
          (maturin builds the extension in release mode), then pytest"
     );
-    // `tensormem.record`'s tests need torch: when this Python has it, the venv sees it
-    // (`--system-site-packages`); otherwise they are skipped and pytest -ra says so.
+    // `tensormem.record`'s tests need torch: when this Python has it, the venv sees the
+    // folder it is installed in (a `.pth` file, after the venv's own packages, so the
+    // freshly built module wins); otherwise they are skipped and pytest -ra says so.
     let torch = std::process::Command::new(&python)
-        .args(["-c", "import torch; print(torch.__version__)"])
+        .args([
+            "-c",
+            "import os, torch; print(torch.__version__); print(os.path.dirname(os.path.dirname(torch.__file__)))",
+        ])
         .stderr(std::process::Stdio::null())
         .output()
         .ok()
         .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        .and_then(|o| {
+            let out = String::from_utf8_lossy(&o.stdout).to_string();
+            let mut lines = out.lines();
+            Some((lines.next()?.to_string(), lines.next()?.to_string()))
+        });
     match &torch {
-        Some(v) => {
-            eprintln!("    torch {v} found for `{python}`: the recorder's tests run with it")
+        Some((v, dir)) => {
+            eprintln!(
+                "    torch {v} found for `{python}` ({dir}): the recorder's tests run with it"
+            )
         }
         None => eprintln!(
             "    torch is not installed for `{python}`: tensormem.record's tests are SKIPPED \
@@ -191,13 +201,30 @@ pub fn python() -> TaskResult {
     let venv = target_dir().join("py-venv");
     let _ = std::fs::remove_dir_all(&venv);
     let mut mk = Command::new(&python);
-    mk.current_dir(root()).arg("-m").arg("venv");
-    if torch.is_some() {
-        mk.arg("--system-site-packages");
-    }
-    mk.arg(&venv);
+    mk.current_dir(root()).arg("-m").arg("venv").arg(&venv);
     run("python: venv", mk)?;
     let bin = venv.join("bin");
+    if let Some((_, dir)) = &torch {
+        let purelib = std::process::Command::new(bin.join("python"))
+            .args([
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ])
+            .output()
+            .map_err(|e| Failure {
+                step: step.into(),
+                reason: format!("the venv's python: {e}"),
+            })?;
+        let purelib = String::from_utf8_lossy(&purelib.stdout).trim().to_string();
+        std::fs::write(
+            std::path::Path::new(&purelib).join("tensormem-ci-torch.pth"),
+            format!("{dir}\n"),
+        )
+        .map_err(|e| Failure {
+            step: step.into(),
+            reason: format!("{purelib}/tensormem-ci-torch.pth: {e}"),
+        })?;
+    }
     let mut pip = Command::new(bin.join("python"));
     pip.current_dir(root())
         .args([
