@@ -182,19 +182,20 @@ fn to_py<'py>(py: Python<'py>, v: &Json) -> PyResult<Bound<'py, PyAny>> {
     })
 }
 
-/// replay(snap, alloc_conf=None, from_empty=False, sweep=False, device_memory=None, top=None, device=None, torch_version=None)
+/// replay(snap, alloc_conf=None, from_empty=False, sweep=False, device_memory=None, top=None, device=None, torch_version=None, history_only=False)
 /// --
 ///
 /// Replays the snapshot's history through the caching allocator, as `tensormem replay
-/// --json`: parity with PyTorch's decisions (default) or, with `from_empty=True`, the
-/// alloc/free sequence from an empty allocator; `alloc_conf` is a PYTORCH_CUDA_ALLOC_CONF
+/// --json`: parity with PyTorch's decisions (default) or, with `from_empty=True`, the whole
+/// job from an empty allocator (the blocks live when recording began first, then the history;
+/// `history_only=True` leaves those blocks out, as `--history-only`); `alloc_conf` is a PYTORCH_CUDA_ALLOC_CONF
 /// string (default: the recorded settings); `sweep=True` adds the standard configurations;
 /// `device_memory` (bytes or "80GiB") sizes the simulated device; `top=N` adds the call sites
 /// holding the most bytes; `torch_version` ("2.7", "2.15") follows that PyTorch version's
 /// rules (default: parity detects the version, what-if uses the newest). Returns the `--json`
 /// dict.
 #[pyfunction]
-#[pyo3(signature = (snap, alloc_conf=None, from_empty=false, sweep=false, device_memory=None, top=None, device=None, torch_version=None))]
+#[pyo3(signature = (snap, alloc_conf=None, from_empty=false, sweep=false, device_memory=None, top=None, device=None, torch_version=None, history_only=false))]
 #[allow(clippy::too_many_arguments)]
 fn replay<'py>(
     py: Python<'py>,
@@ -206,6 +207,7 @@ fn replay<'py>(
     top: Option<usize>,
     device: Option<usize>,
     torch_version: Option<String>,
+    history_only: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (s, name) = load(snap)?;
     let req = tensormem::session::ReplayRequest {
@@ -213,6 +215,7 @@ fn replay<'py>(
         device_memory: size_arg(device_memory)?,
         from_empty,
         sweep,
+        history_only,
         device,
         top,
         torch_version,
@@ -224,20 +227,22 @@ fn replay<'py>(
     to_py(py, &doc)
 }
 
-/// advise(snap, device_memory=None, device=None)
+/// advise(snap, device_memory=None, device=None, history_only=False)
 /// --
 ///
 /// Searches the allocator settings, as `tensormem advise --json`: each candidate's peak
-/// reserved bytes, fragmentation, device mallocs and the smallest device memory that runs it
-/// without OOM, best first, with the lines to paste. `device_memory` (bytes or "40GiB") is
-/// the device to fit.
+/// reserved bytes, fragmentation, device mallocs and the smallest device memory on which a
+/// full replay of the whole job runs it without OOM, best first, with the line to paste.
+/// `device_memory` (bytes or "40GiB") is the device to fit; `history_only=True` replays the
+/// recorded history alone (`--history-only`).
 #[pyfunction]
-#[pyo3(signature = (snap, device_memory=None, device=None))]
+#[pyo3(signature = (snap, device_memory=None, device=None, history_only=false))]
 fn advise<'py>(
     py: Python<'py>,
     snap: &Bound<'py, PyAny>,
     device_memory: Option<&Bound<'py, PyAny>>,
     device: Option<usize>,
+    history_only: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (s, name) = load(snap)?;
     let device_memory = match size_arg(device_memory)? {
@@ -247,10 +252,36 @@ fn advise<'py>(
     let opts = tensormem::advise::AdviseOptions {
         device_memory,
         device,
+        history_only,
         ..Default::default()
     };
     let doc = py
         .detach(|| tensormem::advise::advise(&s, &name, &opts))
+        .map_err(error)?;
+    to_py(py, &serde_json::to_value(&doc).map_err(error)?)
+}
+
+/// diff(a, b, top=10)
+/// --
+///
+/// Compares two snapshots, as `tensormem diff --json`: segments and bytes at each dump, each
+/// history's parity peaks, whole-job lower bound and fragmentation (`None` for a state-only
+/// snapshot), and the `top` call sites that grew or shrank, the largest change first.
+#[pyfunction]
+#[pyo3(signature = (a, b, top=10))]
+fn diff<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+    top: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    if top == 0 {
+        return Err(error("top: expected at least 1 call site"));
+    }
+    let (sa, name_a) = load(a)?;
+    let (sb, name_b) = load(b)?;
+    let doc = py
+        .detach(|| tensormem::diff::diff(&sa, &name_a, &sb, &name_b, top))
         .map_err(error)?;
     to_py(py, &serde_json::to_value(&doc).map_err(error)?)
 }
@@ -387,6 +418,7 @@ fn tensormem_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     m.add_function(wrap_pyfunction!(advise, m)?)?;
     m.add_function(wrap_pyfunction!(explain, m)?)?;
+    m.add_function(wrap_pyfunction!(diff, m)?)?;
     m.add_function(wrap_pyfunction!(dump, m)?)?;
     m.add_function(wrap_pyfunction!(dtr_log, m)?)?;
     Ok(())

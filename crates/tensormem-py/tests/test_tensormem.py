@@ -213,3 +213,21 @@ def test_dtr_log_reads_text_and_bad_logs_raise_with_the_line():
         tensormem.dtr_log('{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}\n{"INSTRUCTION":"NOPE"}\n')
     with pytest.raises(tensormem.TensormemError, match="not a valid gzip file"):
         tensormem.dtr_log(b"\x1f\x8b" + b"\0" * 30)
+
+
+def test_whole_job_history_only_and_diff():
+    d = pickle.loads(shared_snapshot("gpt2small_trainstep_steady.pickle").read_bytes())
+    whole = tensormem.advise(d, device_memory="12.5GiB")
+    old = tensormem.advise(d, device_memory="12.5GiB", history_only=True)
+    assert (whole["mode"], old["mode"]) == ("whole job", "history only")
+    # 229 blocks live from before recording: the whole job needs more than the history alone.
+    assert whole["start_blocks"] == 229 and old["left_out"][0] == 229
+    assert whole["lower_bound_bytes"] > 12.5 * 2**30 > old["lower_bound_bytes"]
+    assert not any(c["fits"] for c in whole["candidates"])
+    r = tensormem.replay(d, from_empty=True, history_only=True)
+    assert r["lower_bound_bytes"] == old["lower_bound_bytes"]
+    same = tensormem.diff(d, d)
+    assert same["sites"] == [] and same["a"]["peak_reserved_bytes"] == same["b"]["peak_reserved_bytes"]
+    other = tensormem.diff(str(shared_snapshot("opt1.3b_inference_at_oom_state.pickle")), d, top=2)
+    assert other["a"]["peak_reserved_bytes"] is None and other["a"]["moment"] == "dump"
+    assert len(other["sites"]) == 2

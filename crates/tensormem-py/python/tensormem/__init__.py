@@ -1,6 +1,6 @@
 """tensormem: PyTorch's CUDA caching allocator and DTR, re-implemented in Rust.
 
-- ``replay``, ``advise``, ``explain``, ``dump``: PyTorch memory snapshots (given as a path, the
+- ``replay``, ``advise``, ``explain``, ``dump``, ``diff``: PyTorch memory snapshots (given as a path, the
   bytes of a pickle or JSON file, or the dict ``torch.cuda.memory._snapshot()`` returns)
   through our allocator; they return what the CLI's ``--json`` prints. Errors raise
   ``TensormemError`` with the CLI's message.
@@ -9,12 +9,13 @@
   backward as a DTR operator log that ``tensormem dtr`` replays.
 """
 
-from ._native import TensormemError, __version__, advise, dtr_log, dump, explain, replay
+from ._native import TensormemError, __version__, advise, diff, dtr_log, dump, explain, replay
 
 __all__ = [
     "TensormemError",
     "__version__",
     "advise",
+    "diff",
     "dtr_log",
     "dump",
     "explain",
