@@ -245,6 +245,21 @@ fn copy_stripped(from: &Path, to: &Path, strip: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Copies the executable of target `name` among cargo's `found` artifacts to `to` (stripped).
+fn take_artifact(
+    found: &[(String, String)],
+    name: &str,
+    to: &Path,
+    strip: bool,
+) -> Result<(), Failure> {
+    let exe = found
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, e)| e.clone())
+        .ok_or_else(|| fail("gpu-bundle")(format!("no executable for target {name}")))?;
+    copy_stripped(Path::new(&exe), to, strip).map_err(fail("gpu-bundle"))
+}
+
 /// `cargo xtask gpu-bundle`: builds (release, `gpu-tests`) every GPU test binary, the CUDA
 /// probe, the GPU bench and `libtensormem_alloc.so`, strips them, converts the shared traces,
 /// and writes `target/gpu-bundle/` (see the module doc), refusing one over [`BUNDLE_LIMIT`].
@@ -291,17 +306,10 @@ pub fn gpu_bundle() -> TaskResult {
             build.args(["--test", &t.target]);
         }
         let json = cargo_json(&format!("gpu-bundle: build {krate} GPU tests"), build)?;
+        let found = artifacts(&json);
         for t in tests.iter().filter(|t| t.krate == krate) {
-            let exe = artifacts(&json)
-                .into_iter()
-                .find(|(name, _)| *name == t.target)
-                .map(|(_, exe)| exe)
-                .ok_or_else(|| {
-                    fail("gpu-bundle")(format!("no executable for {krate} test {}", t.target))
-                })?;
             let name = format!("{}-{}", t.krate, t.target);
-            copy_stripped(Path::new(&exe), &staging.join("tests").join(&name), strip)
-                .map_err(fail("gpu-bundle"))?;
+            take_artifact(&found, &t.target, &staging.join("tests").join(&name), strip)?;
             listed.push(name);
         }
     }
@@ -322,13 +330,7 @@ pub fn gpu_bundle() -> TaskResult {
     let json = cargo_json("gpu-bundle: build cuda-probe, gpu-bench", build)?;
     let found = artifacts(&json);
     for name in ["cuda-probe", "gpu-bench"] {
-        let exe = found
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, e)| e.clone())
-            .ok_or_else(|| fail("gpu-bundle")(format!("no executable for example {name}")))?;
-        copy_stripped(Path::new(&exe), &staging.join("bin").join(name), strip)
-            .map_err(fail("gpu-bundle"))?;
+        take_artifact(&found, name, &staging.join("bin").join(name), strip)?;
     }
 
     // libtensormem_alloc.so.

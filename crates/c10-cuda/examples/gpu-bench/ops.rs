@@ -71,26 +71,26 @@ impl Trace {
         }
         Ok(t)
     }
+}
 
-    /// `pairs` times an allocation of `size` bytes and its free.
-    pub fn warm_pairs(name: &str, size: usize, pairs: u32) -> Trace {
+impl From<&crate::trace::Trace> for Trace {
+    /// The alloc bench's form of a trace (its warm-pair scripts) in this bench's.
+    fn from(t: &crate::trace::Trace) -> Trace {
         Trace {
-            name: name.to_string(),
-            ops: (0..pairs)
-                .flat_map(|slot| {
-                    [
-                        Op::Alloc {
-                            size,
-                            slot,
-                            stream: 0,
-                        },
-                        Op::Free { slot },
-                    ]
+            name: t.name.to_string(),
+            ops: t
+                .ops
+                .iter()
+                .map(|op| match *op {
+                    crate::trace::Op::Alloc { size, slot, stream } => {
+                        Op::Alloc { size, slot, stream }
+                    }
+                    crate::trace::Op::Free { slot } => Op::Free { slot },
                 })
                 .collect(),
-            slots: pairs as usize,
-            allocs: pairs as usize,
-            streams: 1,
+            slots: t.slots,
+            allocs: t.allocs(),
+            streams: t.streams,
         }
     }
 }

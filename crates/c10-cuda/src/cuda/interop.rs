@@ -147,49 +147,54 @@ impl DeviceBuffer<CudaDevice> {
     }
 }
 
-impl<T> BufferView<'_, T> {
-    /// The number of elements of `T`.
-    pub fn len(&self) -> usize {
-        self.len
-    }
+/// The accessors both views share.
+macro_rules! view_accessors {
+    ($view:ident) => {
+        impl<T> $view<'_, T> {
+            /// The number of elements of `T`.
+            pub fn len(&self) -> usize {
+                self.len
+            }
 
-    /// Whether the view has no element.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+            /// Whether the view has no element.
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
 
-    /// The stream the view was made for: launch on it.
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
+            /// The stream the view was made for: launch on it.
+            pub fn stream(&self) -> &Arc<CudaStream> {
+                &self.stream
+            }
 
-    /// The device address (`CUdeviceptr`) of the first element.
-    pub fn device_address(&self) -> sys::CUdeviceptr {
-        self.ptr
-    }
+            /// The device address (`CUdeviceptr`) of the first element.
+            pub fn device_address(&self) -> sys::CUdeviceptr {
+                self.ptr
+            }
+        }
+
+        impl<T> DeviceSlice<T> for $view<'_, T> {
+            fn len(&self) -> usize {
+                self.len
+            }
+
+            fn stream(&self) -> &Arc<CudaStream> {
+                &self.stream
+            }
+        }
+
+        impl<T> CudarcDevicePtr<T> for $view<'_, T> {
+            fn device_ptr<'a>(
+                &'a self,
+                stream: &'a CudaStream,
+            ) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
+                (self.ptr, order_on(&self.stream, stream))
+            }
+        }
+    };
 }
 
-impl<T> BufferViewMut<'_, T> {
-    /// The number of elements of `T`.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the view has no element.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The stream the view was made for: launch on it.
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-
-    /// The device address (`CUdeviceptr`) of the first element.
-    pub fn device_address(&self) -> sys::CUdeviceptr {
-        self.ptr
-    }
-}
+view_accessors!(BufferView);
+view_accessors!(BufferViewMut);
 
 /// What a cudarc call on `other` must do before and after using a view made for `own`: nothing
 /// on the view's own stream; on any other stream, wait for `own` first and synchronize once the
@@ -200,38 +205,6 @@ fn order_on<'a>(own: &CudaStream, other: &'a CudaStream) -> SyncOnDrop<'a> {
     }
     other.context().record_err(other.join(own));
     SyncOnDrop::Sync(Some(other))
-}
-
-impl<T> DeviceSlice<T> for BufferView<'_, T> {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-}
-
-impl<T> DeviceSlice<T> for BufferViewMut<'_, T> {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-}
-
-impl<T> CudarcDevicePtr<T> for BufferView<'_, T> {
-    fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
-        (self.ptr, order_on(&self.stream, stream))
-    }
-}
-
-impl<T> CudarcDevicePtr<T> for BufferViewMut<'_, T> {
-    fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
-        (self.ptr, order_on(&self.stream, stream))
-    }
 }
 
 impl<T> DevicePtrMut<T> for BufferViewMut<'_, T> {
