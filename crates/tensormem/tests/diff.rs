@@ -5,28 +5,27 @@ mod common;
 
 use common::{Format, Scratch, shared_snapshot, stdout, success, synthetic_pickle, tensormem};
 use serde_json::Value as Json;
+use tensormem::load::load_path;
 
 #[test]
 fn diff_of_two_shared_histories() {
-    let (Some(a), Some(_)) = (
+    let (Some(a), Some(b)) = (
         shared_snapshot("lm2.7b_ctx128_forward_fp32.pickle"),
         shared_snapshot("lm2.7b_ctx128_trainstep_fp32.pickle"),
     ) else {
         return;
     };
-    let dir = a.parent().expect("a folder");
-    let args = [
-        "diff",
+    let (sa, sb) = (load_path(&a).expect("loads"), load_path(&b).expect("loads"));
+    let d = tensormem::diff::diff(
+        &sa,
         "lm2.7b_ctx128_forward_fp32.pickle",
+        &sb,
         "lm2.7b_ctx128_trainstep_fp32.pickle",
-        "--top",
-        "5",
-    ];
-    let text = success(&tensormem(dir, &args));
-    insta::assert_snapshot!("diff_lm2.7b_forward_trainstep", text);
-    let mut json_args = args.to_vec();
-    json_args.push("--json");
-    let doc: Json = serde_json::from_str(&success(&tensormem(dir, &json_args))).expect("json");
+        5,
+    )
+    .expect("compares");
+    insta::assert_snapshot!("diff_lm2.7b_forward_trainstep", d.text());
+    let doc = serde_json::to_value(&d).expect("json");
     // The train step's optimizer state is new; the lower bounds are each whole job's.
     let first = &doc["sites"][0];
     assert_eq!(first["a_bytes"], 0);
