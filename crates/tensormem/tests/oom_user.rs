@@ -374,8 +374,16 @@ fn advise_on_every_shared_snapshot() {
                 continue;
             }
         };
-        insta::assert_snapshot!(format!("advise_{file}"), advice.text());
+        let text = advice.text();
+        insta::assert_snapshot!(format!("advise_{file}"), text);
         let best = &advice.candidates[0];
+        // A win that needs free-and-retry at its edge says so.
+        if best.retries_at_min_device_memory > Some(0) {
+            assert!(
+                text.contains("it relies on PyTorch's free-the-cache-and-retry path"),
+                "{file}: {text}"
+            );
+        }
         let min = best.min_device_memory_bytes.expect("the best fits");
         let config = best.alloc_conf.clone()
             + &best.memory_fraction.map_or(String::new(), |f| {
@@ -683,6 +691,44 @@ fn explain_an_oom_of_a_shared_snapshot() {
     );
     let o = tensormem::replay::replay(&snap, 0, &opts, &mut |_, _| {}).expect("replays");
     assert_eq!(o.failed_allocs, 1);
+}
+
+/// The 2.7B train step replayed on 38 GiB (below the whole job's 51.04 GiB of live bytes) and
+/// dumped: explain names no setting (it used to name `roundup_power2_divisions:16`, which still
+/// failed 10 times), and says why.
+#[test]
+fn explain_names_no_setting_below_the_live_bytes() {
+    let Some(path) = shared_snapshot("lm2.7b_ctx128_trainstep_fp32.pickle") else {
+        return;
+    };
+    let dir = Scratch::new("explain-38");
+    replayed_with_ooms(&tensormem(
+        dir.path(),
+        &[
+            "replay",
+            path.to_str().unwrap(),
+            "--from-empty",
+            "--device-memory",
+            "38GiB",
+            "--dump",
+            "oom.pickle",
+        ],
+    ));
+    let doc: Json = serde_json::from_str(&success(&tensormem(
+        dir.path(),
+        &["explain", "oom.pickle", "--json"],
+    )))
+    .expect("json");
+    let advice = &doc["advice"];
+    assert_eq!(advice["start_blocks"], 324);
+    assert!(advice["lower_bound_bytes"].as_u64().unwrap() > 38 << 30);
+    assert!(
+        advice["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["fits"] == false)
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
