@@ -231,3 +231,25 @@ def test_whole_job_history_only_and_diff():
     other = tensormem.diff(str(shared_snapshot("opt1.3b_inference_at_oom_state.pickle")), d, top=2)
     assert other["a"]["peak_reserved_bytes"] is None and other["a"]["moment"] == "dump"
     assert len(other["sites"]) == 2
+
+
+def test_stubs_match_the_native_signatures():
+    import ast
+    import inspect
+
+    import tensormem._native as native
+
+    folder = pathlib.Path(tensormem.__file__).parent
+    assert (folder / "py.typed").is_file()
+    stub = ast.parse((folder / "_native.pyi").read_text())
+    stubbed = {f.name: f for f in stub.body if isinstance(f, ast.FunctionDef)}
+    public = {n for n in dir(native) if callable(getattr(native, n)) and not n.startswith("_")} - {"TensormemError"}
+    assert set(stubbed) == public
+    for name, f in stubbed.items():
+        params = [a.arg for a in f.args.args]
+        signature = inspect.signature(getattr(native, name)).parameters
+        assert params == list(signature), name
+        defaults = [ast.literal_eval(d) for d in f.args.defaults]
+        assert defaults == [p.default for p in signature.values() if p.default is not p.empty], name
+        # Every function has a docstring (the signature line, then what it does).
+        assert getattr(native, name).__doc__, name

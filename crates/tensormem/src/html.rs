@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::model::Snapshot;
 use crate::replay::{Mode, Outcome, ReplayOptions, replay};
 use crate::report::config_label;
-use crate::session::Replayed;
+use crate::session::{Replayed, StateOnly};
 use crate::top_sites::{self, Grouping, Site};
 
 /// A table: a title, column names and rows of cells (already formatted).
@@ -408,6 +408,49 @@ pub fn replay_page(snap: &Snapshot, r: &Replayed, top: usize) -> Result<String, 
         ),
         at_peak,
     ));
+    render(&page).map_err(|e| Error::Output {
+        option: "--html",
+        path: String::new(),
+        message: e,
+    })
+}
+
+/// The page of `tensormem replay --html` for a state-only snapshot (one taken at an OOM, or
+/// without a history): what the dump holds, what it cannot tell, the call sites of its
+/// allocated blocks and its segment map.
+///
+/// # Errors
+/// A failure importing the dump's segments.
+pub fn state_page(snap: &Snapshot, s: &StateOnly, top: usize) -> Result<String, Error> {
+    let mut page = Page {
+        title: s.file.clone(),
+        ..Page::default()
+    };
+    page.summary.push(format!(
+        "state only (no history to replay): {} segments, {} reserved, {} allocated at the dump on device {}",
+        snap.segments.len(),
+        format_size(snap.reserved_bytes()),
+        format_size(snap.allocated_bytes()),
+        s.device
+    ));
+    for u in crate::state::UNKNOWN_IN_STATE {
+        page.summary.push(format!("unknown: {u}"));
+    }
+    let sites = match &s.top {
+        Some(t) => t.clone(),
+        None => top_sites::top_sites(
+            &top_sites::live_in_dump(snap, s.device),
+            top,
+            Grouping::TopFrame,
+        ),
+    };
+    page.sites.push((
+        "Top call sites holding the dump's allocated blocks".into(),
+        sites,
+    ));
+    let dump = crate::state::state_snapshot(snap, s.device)
+        .map_err(|e| Error::Replay(crate::replay::ReplayError::Allocator(e)))?;
+    page.segment_map = Some(("Segments at the dump".into(), dump));
     render(&page).map_err(|e| Error::Output {
         option: "--html",
         path: String::new(),

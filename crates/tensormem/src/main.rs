@@ -330,6 +330,7 @@ fn run_replay(args: ReplayArgs) -> Result<(String, usize), String> {
         top: args.top,
         full_stack: args.stack,
         series: args.plot.is_some() || args.html.is_some(),
+        plot: args.plot.is_some(),
         keep_history: args.dump.is_some(),
         html: args.html.is_some(),
         torch_version: args.torch_version.clone(),
@@ -366,6 +367,10 @@ fn run_replay(args: ReplayArgs) -> Result<(String, usize), String> {
                 html::replay_page(&snap, r, args.top.unwrap_or(10)).map_err(|e| e.to_string())?;
             std::fs::write(path, page).map_err(|e| format!("--html {}: {e}", path.display()))?;
         }
+    }
+    if let (ReplayReport::StateOnly(s), Some(path)) = (&report, &args.html) {
+        let page = html::state_page(&snap, s, args.top.unwrap_or(10)).map_err(|e| e.to_string())?;
+        std::fs::write(path, page).map_err(|e| format!("--html {}: {e}", path.display()))?;
     }
     if args.json {
         let text = serde_json::to_string_pretty(&report.json(&snap)).map_err(|e| e.to_string())?;

@@ -45,8 +45,10 @@ pub struct ReplayRequest {
     pub series: bool,
     /// Keep our history (for `--dump`).
     pub keep_history: bool,
-    /// An HTML report will be written (it needs a history).
+    /// An HTML report will be written (a state-only snapshot gets the page of its dump).
     pub html: bool,
+    /// `--plot`: an SVG of the memory over time will be drawn (it needs a history).
+    pub plot: bool,
     /// `--torch-version`: follow this PyTorch version's rules (`2.7`, `2.15`). Without it, a
     /// parity replay tries every supported version and keeps the one that reproduces the
     /// recording; what-if replays follow the detected version, or the newest.
@@ -233,8 +235,7 @@ pub fn run(
         let wanted = [
             (req.from_empty, "--from-empty"),
             (req.sweep, "--sweep"),
-            (req.html, "--html"),
-            (req.series, "--plot"),
+            (req.plot, "--plot"),
             (req.keep_history, "--dump"),
         ];
         if let Some((_, flag)) = wanted.iter().find(|(on, _)| *on) {

@@ -22,6 +22,23 @@ use crate::model::Snapshot;
 /// # Errors
 /// A simulated-device failure (not expected: the device is sized to fit the dump).
 pub fn state_stats(snapshot: &Snapshot, device: u8) -> Result<DeviceStats, Error> {
+    Ok(imported(snapshot, device)?.stats())
+}
+
+/// The dump's segments of `device` as our allocator's snapshot (for the segment map of a
+/// state-only page), imported as [`state_stats`] imports them.
+///
+/// # Errors
+/// As [`state_stats`].
+pub fn state_snapshot(
+    snapshot: &Snapshot,
+    device: u8,
+) -> Result<c10_cuda::snapshot::DeviceSnapshot, Error> {
+    Ok(imported(snapshot, device)?.snapshot())
+}
+
+/// Our allocator holding the dump's segments of `device`.
+fn imported(snapshot: &Snapshot, device: u8) -> Result<DeviceCachingAllocator<SimDevice>, Error> {
     let total: u64 = snapshot.reserved_bytes();
     let sim = SimDevice::address_only(device, (total as usize).saturating_mul(2).max(1 << 30));
     let mut alloc = DeviceCachingAllocator::new(sim.clone(), AllocatorConfig::default())?;
@@ -64,7 +81,7 @@ pub fn state_stats(snapshot: &Snapshot, device: u8) -> Result<DeviceStats, Error
         sim.script_malloc(s.address, blocks.iter().map(|b| b.size).sum());
         alloc.import_segment(StreamId(s.stream), !s.is_large, &blocks)?;
     }
-    Ok(alloc.stats())
+    Ok(alloc)
 }
 
 /// What a state-only snapshot cannot tell, one line each (for the text report and the JSON

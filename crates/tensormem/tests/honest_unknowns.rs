@@ -149,3 +149,41 @@ fn a_parity_replay_that_runs_out_says_so_first() {
     assert_eq!(o.status.code(), Some(0));
     assert!(!common::stdout(&o).contains("out of memory in our replay"));
 }
+
+/// `--html` on a state-only snapshot writes the page of its dump: what it holds and cannot
+/// tell, who holds the memory, and the segment map (the at-OOM snapshots' one picture).
+#[test]
+fn a_state_only_snapshot_gets_an_html_page() {
+    let dir = dump_with_a_stray_oom_entry();
+    let text = success(&tensormem(
+        dir.path(),
+        &["replay", "stray.pickle", "--html", "state.html"],
+    ));
+    assert!(text.contains("HTML report written to state.html"));
+    let html = std::fs::read_to_string(dir.path().join("state.html")).expect("written");
+    assert!(html.starts_with("<!DOCTYPE html>") && html.trim_end().ends_with("</html>"));
+    assert!(!html.contains("<script"));
+    for part in [
+        "state only (no history to replay): 3 segments, 62.00 MiB reserved",
+        "unknown: peaks and totals",
+        "Top call sites holding the dump&#39;s allocated blocks",
+        "train.py:42:forward",
+        "Segments at the dump",
+    ] {
+        assert!(html.contains(part), "{part}");
+    }
+    // --plot still needs a history.
+    let o = tensormem(
+        dir.path(),
+        &[
+            "replay",
+            "stray.pickle",
+            "--html",
+            "s.html",
+            "--plot",
+            "p.svg",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--plot: stray.pickle holds state only"));
+}

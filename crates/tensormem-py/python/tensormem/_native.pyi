@@ -1,0 +1,57 @@
+"""Type stubs of the native extension ``tensormem._native`` (re-exported by ``tensormem``).
+
+Every function takes a snapshot as a path, the bytes of a pickle or JSON file, or the dict
+``torch.cuda.memory._snapshot()`` returns, and returns what the command's ``--json`` prints.
+Sizes are bytes (``int``) or text such as ``"40GiB"``. Errors raise ``TensormemError``.
+"""
+
+import os
+from typing import Any, Dict, Optional, Union
+
+Snapshot = Union[str, "os.PathLike[str]", bytes, Dict[str, Any], list]
+Size = Union[int, str]
+Report = Dict[str, Any]
+
+__version__: str
+
+class TensormemError(Exception):
+    """A tensormem failure: bad input or options; the message is the command line's."""
+
+def replay(
+    snap: Snapshot,
+    alloc_conf: Optional[str] = None,
+    from_empty: bool = False,
+    sweep: bool = False,
+    device_memory: Optional[Size] = None,
+    top: Optional[int] = None,
+    device: Optional[int] = None,
+    torch_version: Optional[str] = None,
+    history_only: bool = False,
+) -> Report:
+    """``tensormem replay --json``: parity (default), or the whole job from empty."""
+
+def advise(
+    snap: Snapshot,
+    device_memory: Optional[Size] = None,
+    device: Optional[int] = None,
+    history_only: bool = False,
+) -> Report:
+    """``tensormem advise --json``: the settings, best first, each verified by a full replay."""
+
+def diff(a: Snapshot, b: Snapshot, top: int = 10) -> Report:
+    """``tensormem diff --json``: two snapshots side by side, the call sites that changed."""
+
+def explain(snap: Snapshot, top: int = 5) -> Report:
+    """``tensormem explain --json``: the verdict, the failed request, free space, the advice."""
+
+def dump(
+    snap: Snapshot,
+    path: Optional[Union[str, "os.PathLike[str]"]] = None,
+    alloc_conf: Optional[str] = None,
+    from_empty: bool = False,
+    device_memory: Optional[Size] = None,
+) -> bytes:
+    """``tensormem replay --dump``: our snapshot and history as PyTorch-format pickle bytes."""
+
+def dtr_log(log: Union[str, "os.PathLike[str]", bytes]) -> Dict[str, Any]:
+    """A DTR operator log's no-eviction figures, read as ``tensormem dtr`` reads it."""
