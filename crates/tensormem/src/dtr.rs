@@ -80,7 +80,19 @@ pub struct DtrArgs {
     /// dies with the update, instead of allocating a copy.
     #[arg(long, requires = "device_budget")]
     pub in_place: bool,
+    /// With --device-budget: the smallest device memory at which the model trains under each
+    /// strategy and overhead limit (1.1, 1.25, 1.5 and 2.0, those up to --overhead-limit),
+    /// beside the allocator-blind run: every strategy (or --strategy) at ratios 0.05, 0.10,
+    /// ..., 1.0 (or --step) of the no-eviction peak. Text, --json or --plot.
+    #[arg(long, requires = "device_budget")]
+    pub advise: bool,
 }
+
+/// The overhead limits `--advise` reports (those up to the run's thrashing cut).
+const ADVISE_LIMITS: [f64; 4] = [1.1, 1.25, 1.5, 2.0];
+
+/// The ratio step of `--advise` unless --step, --ratio or --budget says otherwise.
+const ADVISE_STEP: f64 = 0.05;
 
 /// The overhead limit of the smallest-budget summary (the issue's 1.5).
 const SUMMARY_OVERHEAD: f64 = 1.5;
@@ -100,6 +112,9 @@ impl DtrArgs {
         } else {
             vec![Heuristic::DtrEq]
         };
+        let step = self.step.or(
+            (self.advise && self.ratio.is_none() && self.budget.is_none()).then_some(ADVISE_STEP),
+        );
         let (ratios, budgets) = match (&self.ratio, &self.budget) {
             (Some(r), _) => {
                 if !(r.is_finite() && *r > 0.0) {
@@ -111,7 +126,7 @@ impl DtrArgs {
                 let bytes = parse_size(b).map_err(|e| format!("--budget: {e}"))?;
                 (Vec::new(), vec![bytes as u64])
             }
-            (None, None) => match self.step {
+            (None, None) => match step {
                 Some(step) => {
                     if !(step.is_finite() && step > 0.0 && step <= 1.0) {
                         return Err(format!(
@@ -133,7 +148,7 @@ impl DtrArgs {
                             .map_err(|e| format!("--strategy: {e}"))
                     })
                     .collect::<Result<Vec<_>, _>>()?
-            } else if self.sweep {
+            } else if self.sweep || self.advise {
                 Strategy::ALL.to_vec()
             } else {
                 vec![Strategy::default()]
@@ -277,6 +292,9 @@ fn device_report(
         plot(p, name, sw, Some(&blind)).map_err(|e| format!("--plot {}: {e}", p.display()))?;
     }
     let d = options.device.as_ref().expect("a device sweep");
+    if args.advise {
+        return advise_report(args, name, lg, options, sw, &blind);
+    }
     let mut groups: Vec<(Option<Strategy>, Heuristic)> = Vec::new();
     for r in &sw.runs {
         if !groups.contains(&(r.strategy, r.heuristic)) {
@@ -367,6 +385,171 @@ fn device_report(
             show(smallest(sw, s, h)),
             show(smallest(&blind, None, h)),
         );
+    }
+    if let Some(p) = &args.plot {
+        let _ = writeln!(out, "plot written to {}", p.display());
+    }
+    Ok(out)
+}
+
+/// One `--advise` answer: the smallest ratio (and the device bytes it is) at which a strategy's
+/// runs (or the blind run's) complete within `limit`, with the overhead there.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Advice {
+    limit: f64,
+    ratio: f64,
+    device_bytes: u64,
+    overhead: f64,
+}
+
+/// The smallest completing budget within each limit of the runs `runs` selects.
+fn advice<'a>(
+    runs: impl Iterator<Item = &'a sweep::SweepRun> + Clone,
+    limits: &[f64],
+) -> Vec<Option<Advice>> {
+    limits
+        .iter()
+        .map(|&limit| {
+            let (ratio, overhead) = sweep::smallest_ratio(runs.clone(), limit)?;
+            let device_bytes = runs.clone().find(|r| r.ratio == ratio)?.budget_bytes;
+            Some(Advice {
+                limit,
+                ratio,
+                device_bytes,
+                overhead,
+            })
+        })
+        .collect()
+}
+
+/// `--device-budget --advise`: per strategy (and the allocator-blind run), the smallest device
+/// memory at which the model trains within each overhead limit.
+fn advise_report(
+    args: &DtrArgs,
+    name: &str,
+    lg: &log::Log,
+    options: &SweepOptions,
+    sw: &Sweep,
+    blind: &Sweep,
+) -> Result<String, String> {
+    let limits: Vec<f64> = ADVISE_LIMITS
+        .iter()
+        .copied()
+        .filter(|&l| l <= options.overhead_limit + 1e-9)
+        .collect();
+    let d = options.device.as_ref().expect("a device sweep");
+    let mut rows: Vec<(String, Vec<Option<Advice>>)> = Vec::new();
+    for &h in &options.heuristics {
+        for &s in &d.strategies {
+            let runs = sw
+                .runs
+                .iter()
+                .filter(move |r| r.heuristic == h && r.strategy == Some(s));
+            rows.push((format!("{} {h}", s.name()), advice(runs, &limits)));
+        }
+        let runs = blind.runs.iter().filter(move |r| r.heuristic == h);
+        rows.push((format!("allocator-blind {h}"), advice(runs, &limits)));
+    }
+    let peak = sw.baseline.peak_bytes;
+    if args.json {
+        let doc = serde_json::json!({
+            "log": name,
+            "operator_calls": lg.op_count(),
+            "peak_bytes": peak,
+            "alloc_conf": d.alloc_conf.to_string(),
+            "ratios": options.ratios,
+            "limits": limits,
+            "advice": rows.iter().map(|(who, answers)| serde_json::json!({
+                "run": who,
+                "smallest": answers.iter().map(|a| a.map(|a| serde_json::json!({
+                    "overhead_limit": a.limit,
+                    "ratio": a.ratio,
+                    "device_bytes": a.device_bytes,
+                    "overhead": a.overhead,
+                }))).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        });
+        return serde_json::to_string_pretty(&doc)
+            .map(|s| s + "\n")
+            .map_err(|e| e.to_string());
+    }
+    let conf = d.alloc_conf.to_string();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{name}: {} operator calls; no-eviction peak {:.3} GB ({peak} bytes); device budgets at \
+         ratios {:.2} to {:.2} of it under the caching allocator ({})",
+        lg.op_count(),
+        peak as f64 / 1e9,
+        options.ratios.first().copied().unwrap_or(0.0),
+        options.ratios.last().copied().unwrap_or(0.0),
+        if conf.is_empty() {
+            "default"
+        } else {
+            conf.as_str()
+        },
+    );
+    cost_line(&mut out, lg);
+    let _ = writeln!(
+        out,
+        "smallest device memory at which it trains, per overhead limit (ratio, GB, overhead):"
+    );
+    let width = rows.iter().map(|(w, _)| w.len()).max().unwrap_or(0);
+    let mut line = format!("{:<width$}", "run");
+    for l in &limits {
+        let _ = write!(line, "  {:<24}", format!("<= {l}x"));
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    for (who, answers) in &rows {
+        let mut line = format!("{who:<width$}");
+        for a in answers {
+            let cell = match a {
+                Some(a) => format!(
+                    "{:.2} {:.3} GB {:.3}x",
+                    a.ratio,
+                    a.device_bytes as f64 / 1e9,
+                    a.overhead
+                ),
+                None => "does not train".into(),
+            };
+            let _ = write!(line, "  {cell:<24}");
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    let best = rows
+        .iter()
+        .filter(|(w, _)| !w.starts_with("allocator-blind"))
+        .filter_map(|(w, a)| {
+            a.iter()
+                .flatten()
+                .find(|x| (x.limit - SUMMARY_OVERHEAD).abs() < 1e-9)
+                .map(|x| (w, *x))
+        })
+        // The least memory; among equals the least overhead.
+        .min_by(|a, b| {
+            (a.1.device_bytes, a.1.overhead)
+                .partial_cmp(&(b.1.device_bytes, b.1.overhead))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+    match best {
+        Some((who, a)) => {
+            let _ = writeln!(
+                out,
+                "best within {SUMMARY_OVERHEAD}x: {who} trains on {:.3} GB ({} bytes, ratio {:.2}, overhead {:.3}x)",
+                a.device_bytes as f64 / 1e9,
+                a.device_bytes,
+                a.ratio,
+                a.overhead
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "no strategy trains within {SUMMARY_OVERHEAD}x at these budgets"
+            );
+        }
     }
     if let Some(p) = &args.plot {
         let _ = writeln!(out, "plot written to {}", p.display());
@@ -729,6 +912,67 @@ mod tests {
         assert!(out.ends_with(&format!("plot written to {}\n", svg.display())));
         let drawn = std::fs::read_to_string(&svg).unwrap();
         assert!(drawn.contains("dtr-eq") && drawn.contains("<svg"));
+    }
+
+    #[test]
+    fn advise_gives_the_smallest_device_memory_per_strategy_and_limit() {
+        let p = write_log("chain12-advise.log", &chain_log_of(12 << 20));
+        let path = p.to_str().unwrap();
+        let o = args(&[path, "--device-budget", "--advise"])
+            .options()
+            .unwrap();
+        assert_eq!(o.ratios.len(), 20);
+        assert!((o.ratios[0] - 0.05).abs() < 1e-12 && (o.ratios[19] - 1.0).abs() < 1e-12);
+        assert_eq!(o.device.as_ref().unwrap().strategies, Strategy::ALL);
+        let doc: serde_json::Value = serde_json::from_str(
+            &run(&args(&[path, "--device-budget", "--advise", "--json"])).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(doc["limits"], serde_json::json!([1.1, 1.25, 1.5, 2.0]));
+        let rows = doc["advice"].as_array().unwrap();
+        assert_eq!(rows.len(), Strategy::ALL.len() + 1);
+        assert_eq!(rows.last().unwrap()["run"], "allocator-blind dtr-eq");
+        // Each answer at 1.5 is the device report's smallest budget for that strategy, and a
+        // looser limit never needs more memory.
+        let full: serde_json::Value = serde_json::from_str(
+            &run(&args(&[
+                path,
+                "--device-budget",
+                "--sweep",
+                "--step",
+                "0.05",
+                "--json",
+            ]))
+            .unwrap(),
+        )
+        .unwrap();
+        for (row, summary) in rows.iter().zip(full["smallest"].as_array().unwrap()) {
+            let at = |i: usize| row["smallest"][i]["ratio"].as_f64();
+            assert_eq!(at(2), summary["smallest_ratio"].as_f64(), "{row}");
+            for i in 1..4 {
+                if let (Some(tight), Some(loose)) = (at(i - 1), at(i)) {
+                    assert!(loose <= tight, "{row}");
+                }
+            }
+            if let Some(a) = row["smallest"][2].as_object() {
+                let bytes = a["device_bytes"].as_u64().unwrap() as f64;
+                let peak = doc["peak_bytes"].as_u64().unwrap() as f64;
+                assert!((bytes / peak - a["ratio"].as_f64().unwrap()).abs() < 1e-6);
+            }
+        }
+        let blind = &full["smallest"][0]["blind_smallest_ratio"];
+        assert_eq!(&rows.last().unwrap()["smallest"][2]["ratio"], blind);
+        let text = run(&args(&[path, "--device-budget", "--advise"])).unwrap();
+        assert!(
+            text.contains("smallest device memory at which it trains"),
+            "{text}"
+        );
+        assert!(
+            text.contains("best within 1.5x: ") || text.contains("no strategy trains"),
+            "{text}"
+        );
+        // --advise needs --device-budget.
+        assert!(Wrap::try_parse_from(["dtr", path, "--advise"]).is_err());
     }
 
     #[test]
