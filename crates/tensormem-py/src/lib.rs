@@ -10,7 +10,7 @@
 //! Every function takes a snapshot as a path (`str` or `os.PathLike`), the bytes of a pickle
 //! or JSON file, or the dict `torch.cuda.memory._snapshot()` returns, and returns what the CLI's
 //! `--json` prints, as Python dicts and lists. Errors raise `tensormem.TensormemError` with the
-//! CLI's message. The work runs without the GIL. `dtr_log` reads a DTR operator log (as
+//! CLI's message, option names given as the Python arguments (`device_memory`). The work runs without the GIL. `dtr_log` reads a DTR operator log (as
 //! `tensormem.record` writes them) and gives its no-eviction figures.
 
 use std::collections::HashMap;
@@ -35,7 +35,35 @@ create_exception!(
 const MAX_DEPTH: usize = 64;
 
 fn error(message: impl std::fmt::Display) -> PyErr {
-    TensormemError::new_err(message.to_string())
+    TensormemError::new_err(python_names(&message.to_string()))
+}
+
+/// The command's messages with its option names (`--device-memory`, `--alloc-conf`) as the
+/// Python arguments that carry them (`device_memory`, `alloc_conf`). Only a `--` that starts
+/// the message or follows a space or `(` is an option (file names keep theirs).
+fn python_names(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = rest.find("--") {
+        let starts_word = rest[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| c == ' ' || c == '(');
+        let after = &rest[i + 2..];
+        let n = after
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '-'))
+            .unwrap_or(after.len());
+        out.push_str(&rest[..i]);
+        if starts_word && n > 0 {
+            out.push_str(&after[..n].replace('-', "_"));
+        } else {
+            out.push_str("--");
+            out.push_str(&after[..n]);
+        }
+        rest = &after[n..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Converts a Python object of plain builtins to a pickle value. Containers already converted
