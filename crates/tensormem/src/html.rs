@@ -62,10 +62,10 @@ pub fn escape(s: &str) -> String {
 }
 
 const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;\
-color:#1d232a;max-width:1240px}h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;\
+color:#1d232a}div svg{max-width:100%;height:auto}h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;\
 border-bottom:1px solid #d0d7de;padding-bottom:4px}p.sum{margin:2px 0;color:#444}\
 table{border-collapse:collapse;font-size:13px;margin:8px 0}th,td{border:1px solid #d0d7de;\
-padding:3px 8px;text-align:right}th{background:#f3f5f7}td.l,th.l{text-align:left;overflow-wrap:anywhere;max-width:560px}\
+padding:3px 8px;text-align:right}th{background:#f3f5f7}td.l,th.l{text-align:left;overflow-wrap:normal;word-break:normal}\
 tr:nth-child(even) td{background:#fafbfc}.note{font-size:12px;color:#555}\
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 14px;vertical-align:middle}\
 code{background:#f3f5f7;padding:1px 4px}";
@@ -159,7 +159,7 @@ fn table(h: &mut String, t: &Table) {
     for r in &t.rows {
         let _ = write!(h, "<tr>");
         for (i, c) in r.iter().enumerate() {
-            let cell = escape(c).replace('\n', "<br>");
+            let cell = breakable(&escape(c)).replace('\n', "<br>");
             let _ = write!(h, "<td{}>{cell}</td>", class(i));
         }
         let _ = writeln!(h, "</tr>");
@@ -168,6 +168,19 @@ fn table(h: &mut String, t: &Table) {
     if !t.note.is_empty() {
         let _ = writeln!(h, "<p class=\"note\">{}</p>", escape(&t.note));
     }
+}
+
+/// Escaped text with a break opportunity (`<wbr>`) after each `/`, `,` and `:`, so long paths
+/// and settings wrap between their parts, never inside a word.
+fn breakable(escaped: &str) -> String {
+    let mut out = String::with_capacity(escaped.len() + escaped.len() / 8);
+    for ch in escaped.chars() {
+        out.push(ch);
+        if matches!(ch, '/' | ',' | ':') {
+            out.push_str("<wbr>");
+        }
+    }
+    out
 }
 
 /// Colors of block states in the segment map.

@@ -103,7 +103,12 @@ pub fn svg_string(
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
-    let y1 = (y1 * 1.08).max(0.001);
+    // Headroom for the legend (two rows per curve, about 18 px each, in the upper left), so
+    // that it never covers a curve.
+    let legend_px = (curves.len() * 2 * 18 + 24) as f64;
+    let plot_px = f64::from(size.1.saturating_sub(110).max(100));
+    let headroom = (plot_px / (plot_px - legend_px).max(plot_px / 3.0)).max(1.08);
+    let y1 = (y1 * headroom).max(0.001);
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let mut svg = String::new();
     {
@@ -120,6 +125,8 @@ pub fn svg_string(
             .configure_mesh()
             .x_desc(if use_time { "time (s)" } else { "event index" })
             .y_desc(unit)
+            .label_style(("sans-serif", 15))
+            .axis_desc_style(("sans-serif", 15))
             .draw()
             .map_err(|e| err(&e))?;
         for (k, (label, o)) in curves.iter().enumerate() {
@@ -150,6 +157,8 @@ pub fn svg_string(
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)
+            // plotters draws text at 0.8 of the size asked for: 16 gives 12.9 px.
+            .label_font(("sans-serif", 16))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()

@@ -763,8 +763,23 @@ fn html_report_of_a_replay_and_of_advise() {
         ],
     ));
     assert!(text.contains("HTML report written to r.html"));
-    let html = std::fs::read_to_string(dir.path().join("r.html")).expect("written");
-    assert_self_contained(&html);
+    let raw = std::fs::read_to_string(dir.path().join("r.html")).expect("written");
+    assert_self_contained(&raw);
+    // Long cells wrap between a path's parts, never inside a word.
+    assert!(
+        raw.contains("/<wbr>home/<wbr>me/<wbr>model.py:<wbr>"),
+        "break opportunities"
+    );
+    assert!(!raw.contains("overflow-wrap:anywhere"));
+    // Every text of the timeline (legend, axes) is at least 12 px.
+    let sizes: Vec<f64> = raw
+        .split("font-size=\"")
+        .skip(1)
+        .filter_map(|r| r.split('"').next()?.parse().ok())
+        .collect();
+    assert!(!sizes.is_empty());
+    assert!(sizes.iter().all(|&px| px >= 12.0), "{sizes:?}");
+    let html = raw.replace("<wbr>", "");
     for part in [
         "Memory over time, per configuration",
         "Peaks per configuration",
@@ -781,6 +796,7 @@ fn html_report_of_a_replay_and_of_advise() {
     ));
     let html = std::fs::read_to_string(dir.path().join("a.html")).expect("written");
     assert_self_contained(&html);
+    let html = html.replace("<wbr>", "");
     assert!(html.contains("Allocator settings, best first"));
     assert!(html.contains("export PYTORCH_CUDA_ALLOC_CONF="));
 }
