@@ -36,17 +36,21 @@ use crate::device::{DevicePtr, StreamId};
 /// Slots (one per thread, round-robin).
 pub const SLOTS: usize = 64;
 /// Allocations and frees a thread stays in contended mode after a failed `try_lock`.
-pub const CONTENDED_OPS: u32 = 4096;
+pub const CONTENDED_OPS: u32 = 65536;
 /// Blocks one slot holds at most.
 pub const MAX_CACHED: usize = 16;
 /// The largest request a slot caches (PyTorch's small-pool limit, `kSmallSize`: 1 MiB).
 pub const MAX_SIZE: usize = 1 << 20;
 
-/// Shards of the map of tracked blocks.
-const SHARDS: usize = 16;
+/// Shards of the map of tracked blocks: many, each on its own cache lines, so that the blocks
+/// of two threads (neighbours in one segment) rarely share a shard and a thread's operations
+/// touch lines no other core has written.
+const SHARDS: usize = 1024;
 
 /// One shard of the map of tracked blocks: address -> what it serves and where it is.
-type Tracked = Mutex<HashMap<DevicePtr, (Key, State), FxBuildHasher>>;
+#[repr(align(128))]
+#[derive(Default)]
+struct Tracked(Mutex<HashMap<DevicePtr, (Key, State), FxBuildHasher>>);
 
 /// What a cached block serves: the same device, stream and requested size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +92,7 @@ pub(crate) struct ThreadCaches {
     slots: Box<[Slot]>,
     /// Tracked blocks by address (every block handed out in contended mode and not freed since,
     /// and every block waiting in a slot).
-    tracked: [Tracked; SHARDS],
+    tracked: Box<[Tracked]>,
     /// Number of tracked blocks: while 0, frees and `record_stream` skip the map.
     count: AtomicUsize,
     /// Slots in contended mode: while 0, allocations skip the slots.
@@ -107,7 +111,7 @@ impl ThreadCaches {
     pub(crate) fn new() -> Self {
         ThreadCaches {
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
-            tracked: std::array::from_fn(|_| Mutex::new(HashMap::default())),
+            tracked: (0..SHARDS).map(|_| Tracked::default()).collect(),
             count: AtomicUsize::new(0),
             contended_slots: AtomicUsize::new(0),
             bypass: AtomicBool::new(false),
@@ -118,8 +122,8 @@ impl ThreadCaches {
         &self.slots[SLOT_INDEX.with(|i| *i)]
     }
 
-    fn shard(&self, ptr: DevicePtr) -> &Tracked {
-        &self.tracked[((ptr >> 9) as usize) % SHARDS]
+    fn shard(&self, ptr: DevicePtr) -> &Mutex<HashMap<DevicePtr, (Key, State), FxBuildHasher>> {
+        &self.tracked[((ptr >> 9) as usize) % SHARDS].0
     }
 
     /// Turns caching off (history or a trace tracker) or on again.
