@@ -210,7 +210,7 @@ fn to_py<'py>(py: Python<'py>, v: &Json) -> PyResult<Bound<'py, PyAny>> {
     })
 }
 
-/// replay(snap, alloc_conf=None, from_empty=False, sweep=False, device_memory=None, top=None, device=None, torch_version=None, history_only=False)
+/// replay(snap, alloc_conf=None, from_empty=False, sweep=False, device_memory=None, top=None, device=None, torch_version=None, history_only=False, stack=False, html=None, plot=None)
 /// --
 ///
 /// Replays the snapshot's history through the caching allocator, as `tensormem replay
@@ -220,10 +220,11 @@ fn to_py<'py>(py: Python<'py>, v: &Json) -> PyResult<Bound<'py, PyAny>> {
 /// string (default: the recorded settings); `sweep=True` adds the standard configurations;
 /// `device_memory` (bytes or "80GiB") sizes the simulated device; `top=N` adds the call sites
 /// holding the most bytes; `torch_version` ("2.7", "2.15") follows that PyTorch version's
-/// rules (default: parity detects the version, what-if uses the newest). Returns the `--json`
-/// dict.
+/// rules (default: parity detects the version, what-if uses the newest); `stack=True` groups
+/// the call sites by their whole stack (`--stack`); `html=PATH` writes the self-contained page
+/// of `--html`, `plot=PATH` the SVG of `--plot`. Returns the `--json` dict.
 #[pyfunction]
-#[pyo3(signature = (snap, alloc_conf=None, from_empty=false, sweep=false, device_memory=None, top=None, device=None, torch_version=None, history_only=false))]
+#[pyo3(signature = (snap, alloc_conf=None, from_empty=false, sweep=false, device_memory=None, top=None, device=None, torch_version=None, history_only=false, stack=false, html=None, plot=None))]
 #[allow(clippy::too_many_arguments)]
 fn replay<'py>(
     py: Python<'py>,
@@ -236,8 +237,16 @@ fn replay<'py>(
     device: Option<usize>,
     torch_version: Option<String>,
     history_only: bool,
+    stack: bool,
+    html: Option<PathBuf>,
+    plot: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (s, name) = load(snap)?;
+    if stack && top.is_none() {
+        return Err(error(
+            "stack: needs top=N (the call sites to group by stack)",
+        ));
+    }
     let req = tensormem::session::ReplayRequest {
         alloc_conf,
         device_memory: size_arg(device_memory)?,
@@ -246,31 +255,68 @@ fn replay<'py>(
         history_only,
         device,
         top,
+        full_stack: stack,
         torch_version,
+        series: html.is_some() || plot.is_some(),
+        html: html.is_some(),
+        plot: plot.is_some(),
         ..Default::default()
     };
     let doc = py
-        .detach(|| tensormem::session::run(&s, &name, &req, &mut |_, _, _| {}).map(|r| r.json(&s)))
+        .detach(|| -> Result<Json, String> {
+            use tensormem::session::ReplayReport;
+            let report = tensormem::session::run(&s, &name, &req, &mut |_, _, _| {})
+                .map_err(|e| e.to_string())?;
+            let write = |option: &str, path: &PathBuf, bytes: &[u8]| {
+                std::fs::write(path, bytes).map_err(|e| format!("{option} {}: {e}", path.display()))
+            };
+            match &report {
+                ReplayReport::Replayed(r) => {
+                    if let Some(path) = &plot {
+                        tensormem::plot::plot(
+                            path,
+                            &name,
+                            &tensormem::plot::curves(&r.main, &r.sweep),
+                        )
+                        .map_err(|e| format!("plot {}: {e}", path.display()))?;
+                    }
+                    if let Some(path) = &html {
+                        let page = tensormem::html::replay_page(&s, r, top.unwrap_or(10))
+                            .map_err(|e| e.to_string())?;
+                        write("html", path, page.as_bytes())?;
+                    }
+                }
+                ReplayReport::StateOnly(st) => {
+                    if let Some(path) = &html {
+                        let page = tensormem::html::state_page(&s, st, top.unwrap_or(10))
+                            .map_err(|e| e.to_string())?;
+                        write("html", path, page.as_bytes())?;
+                    }
+                }
+            }
+            Ok(report.json(&s))
+        })
         .map_err(error)?;
     to_py(py, &doc)
 }
 
-/// advise(snap, device_memory=None, device=None, history_only=False)
+/// advise(snap, device_memory=None, device=None, history_only=False, html=None)
 /// --
 ///
 /// Searches the allocator settings, as `tensormem advise --json`: each candidate's peak
 /// reserved bytes, fragmentation, device mallocs and the smallest device memory on which a
 /// full replay of the whole job runs it without OOM, best first, with the line to paste.
 /// `device_memory` (bytes or "40GiB") is the device to fit; `history_only=True` replays the
-/// recorded history alone (`--history-only`).
+/// recorded history alone (`--history-only`); `html=PATH` writes the page of `--html`.
 #[pyfunction]
-#[pyo3(signature = (snap, device_memory=None, device=None, history_only=false))]
+#[pyo3(signature = (snap, device_memory=None, device=None, history_only=false, html=None))]
 fn advise<'py>(
     py: Python<'py>,
     snap: &Bound<'py, PyAny>,
     device_memory: Option<&Bound<'py, PyAny>>,
     device: Option<usize>,
     history_only: bool,
+    html: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (s, name) = load(snap)?;
     let device_memory = match size_arg(device_memory)? {
@@ -284,7 +330,15 @@ fn advise<'py>(
         ..Default::default()
     };
     let doc = py
-        .detach(|| tensormem::advise::advise(&s, &name, &opts))
+        .detach(|| -> Result<_, String> {
+            let advice = tensormem::advise::advise(&s, &name, &opts).map_err(|e| e.to_string())?;
+            if let Some(path) = &html {
+                let page =
+                    tensormem::html::advise_page(&s, &advice, 10).map_err(|e| e.to_string())?;
+                std::fs::write(path, page).map_err(|e| format!("html {}: {e}", path.display()))?;
+            }
+            Ok(advice)
+        })
         .map_err(error)?;
     to_py(py, &serde_json::to_value(&doc).map_err(error)?)
 }

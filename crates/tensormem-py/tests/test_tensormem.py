@@ -263,3 +263,19 @@ def test_stubs_match_the_native_signatures():
         assert defaults == [p.default for p in signature.values() if p.default is not p.empty], name
         # Every function has a docstring (the signature line, then what it does).
         assert getattr(native, name).__doc__, name
+
+
+def test_html_plot_and_stack_arguments(tmp_path):
+    page, svg = tmp_path / "r.html", tmp_path / "r.svg"
+    r = tensormem.replay(synthetic(), from_empty=True, sweep=True, top=1, stack=True, html=str(page), plot=svg)
+    assert page.read_text().startswith("<!DOCTYPE html>") and svg.read_text().lstrip().startswith("<")
+    assert "stack" in r["top_sites"][0]
+    state = synthetic()
+    del state["device_traces"]
+    tensormem.replay(state, html=tmp_path / "s.html")
+    assert "Segments at the dump" in (tmp_path / "s.html").read_text()
+    tensormem.advise(synthetic(), html=tmp_path / "a.html")
+    assert "Allocator settings, best first" in (tmp_path / "a.html").read_text()
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay(synthetic(), stack=True)
+    assert str(e.value) == "stack: needs top=N (the call sites to group by stack)"

@@ -27,6 +27,9 @@ def replay(
     device: Optional[int] = None,
     torch_version: Optional[str] = None,
     history_only: bool = False,
+    stack: bool = False,
+    html: Optional[Union[str, "os.PathLike[str]"]] = None,
+    plot: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Report:
     """``tensormem replay --json``: parity (default), or the whole job from empty."""
 
@@ -35,6 +38,7 @@ def advise(
     device_memory: Optional[Size] = None,
     device: Optional[int] = None,
     history_only: bool = False,
+    html: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Report:
     """``tensormem advise --json``: the settings, best first, each verified by a full replay."""
 
