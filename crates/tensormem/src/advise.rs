@@ -619,7 +619,7 @@ impl Advice {
                     "Best: {} -- the {} completes without OOM on {} of device memory (replayed in full there; \
                      {} less runs out), peak reserved {}",
                     best.config,
-                    self.mode,
+                    self.what(),
                     format_size(min),
                     format_size(RESOLUTION),
                     format_size(best.peak_reserved_bytes)
@@ -643,7 +643,9 @@ impl Advice {
                 let _ = writeln!(
                     s,
                     "No setting runs the {} without OOM on the {device}; the fewest failures: {} ({})",
-                    self.mode, best.config, best.failed_allocs
+                    self.what(),
+                    best.config,
+                    best.failed_allocs
                 );
             }
         }
@@ -681,6 +683,15 @@ impl Advice {
              and other processes)"
         );
         s
+    }
+
+    /// What the replays covered, for sentences: `whole job`, or `recorded history alone`.
+    pub fn what(&self) -> &'static str {
+        if self.left_out.is_some() {
+            "recorded history alone"
+        } else {
+            "whole job"
+        }
     }
 
     /// The line saying what the replays counted: the blocks live when recording began, or,

@@ -600,7 +600,7 @@ impl Explanation {
                         "  {} -- the {} completes without OOM on {} (replayed in full there), peak reserved {}; \
                          its smallest device memory: {}",
                         best.config,
-                        a.mode,
+                        a.what(),
                         a.device_memory_bytes
                             .map_or("the device memory unconstrained".to_string(), format_size),
                         format_size(best.peak_reserved_bytes),
@@ -624,7 +624,7 @@ impl Explanation {
                             s,
                             "  no allocator setting completes the {} without OOM there (the live bytes peak at {}; \
                              the fewest failures: {}, {})",
-                            a.mode,
+                            a.what(),
                             format_size(a.lower_bound_bytes),
                             a.candidates.first().map_or("none", |c| c.config.as_str()),
                             a.candidates.first().map_or(0, |c| c.failed_allocs)
