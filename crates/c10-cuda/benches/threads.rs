@@ -11,17 +11,16 @@
 //!
 //! # Measured
 //! 2026-12-04, `nice -n -20 target/release/deps/threads-* --bench` on the 2-core development
-//! machine (load average 3.5 to 4.5 from other builds), total M pairs/s at 1 and 2 threads:
+//! machine (load average 1.7), total M pairs/s at 1 and 2 threads, two runs:
 //!
 //! | workload | shared front | front per thread | system allocator |
 //! |---|---|---|---|
-//! | pair 512 B | 13.7 -> 17.8 to 19.3 (1.30x to 1.40x) | 13.5 -> 26.9 to 29.3 (2.0x to 2.1x) | 29.5 -> 19.1 to 19.4 |
-//! | mixed | 12.3 -> 26.1 to 28.5 (2.09x to 2.32x) | 16.4 -> 33.8 to 34.3 (2.0x to 2.1x) | 12.2 -> 24.8 to 26.1 |
+//! | pair 512 B | 12.7-13.7 -> 34.1-34.7 (2.53x to 2.67x) | 13.0-13.5 -> 25.4 (1.88x to 1.96x) | 29.5 -> 22.6-38.0 |
+//! | mixed | 10.6-11.0 -> 34.5-34.6 (3.14x to 3.26x) | 16.0-16.1 -> 31.1-32.3 (1.94x to 2.00x) | 11.6-11.8 -> 23.4-24.8 |
 //!
 //! Before the thread caches ([`c10_cuda::thread_cache`]) the shared front gave 0.98x (pair) and
-//! 0.33x (mixed) at 2 threads (a loaded run). In the pair workload a thread's cached path
-//! (its slot and one shard of the tracked-block map, each locked once per operation) costs
-//! about what the uncontended locked path does, so two threads reach about 1.35x, not 1.6x.
+//! 0.33x (mixed) at 2 threads (a loaded run). Under contention a thread's cached path (its own
+//! slot, locked once) is cheaper than the allocator's path, hence more than 2x.
 
 use std::alloc::Layout;
 use std::sync::{Arc, Barrier};

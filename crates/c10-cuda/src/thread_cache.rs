@@ -14,6 +14,10 @@
 //!   the same size on the same device and stream takes it back without any device lock.
 //! - When contended mode ends the slot's blocks are freed to the allocator; `empty_cache` and an
 //!   out-of-memory retry free every slot's blocks first.
+//! - A slot's state (the blocks it handed out, those waiting in it) is touched only by its own
+//!   thread on the fast path; a sharded map (address -> slot) serves the slow paths: a block
+//!   freed by another thread goes to the allocator (and leaves its slot), a double free of a
+//!   waiting block is refused whoever frees it.
 //! - Never while memory history is recorded or a trace tracker is attached (every event must
 //!   reach them), and never for a block with a recorded stream (`record_stream` takes it out).
 //!
@@ -47,11 +51,6 @@ pub const MAX_SIZE: usize = 1 << 20;
 /// touch lines no other core has written.
 const SHARDS: usize = 1024;
 
-/// One shard of the map of tracked blocks: address -> what it serves and where it is.
-#[repr(align(128))]
-#[derive(Default)]
-struct Tracked(Mutex<HashMap<DevicePtr, (Key, State), FxBuildHasher>>);
-
 /// What a cached block serves: the same device, stream and requested size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Key {
@@ -60,11 +59,13 @@ pub(crate) struct Key {
     pub size: usize,
 }
 
-/// A tracked block: handed out in contended mode (`Owned`), or waiting in a slot (`Cached`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
-    Owned,
-    Cached,
+/// A slot's blocks: those it handed out in contended mode and not freed since (`owned`), and
+/// those waiting in it (`free`). Only its own thread (threads, past [`SLOTS`]) touches it on
+/// the fast path.
+#[derive(Default)]
+struct SlotState {
+    owned: HashMap<DevicePtr, Key, FxBuildHasher>,
+    free: Vec<(Key, DevicePtr)>,
 }
 
 /// One thread's slot, on its own cache lines.
@@ -73,8 +74,7 @@ enum State {
 struct Slot {
     /// Operations left in contended mode (0: not contended); read without the lock.
     contended: AtomicU32,
-    /// The blocks waiting here.
-    free: Mutex<Vec<(Key, DevicePtr)>>,
+    state: Mutex<SlotState>,
 }
 
 /// What a free in contended mode did.
@@ -87,13 +87,19 @@ pub(crate) enum Freed {
     Allocator,
 }
 
+/// One shard of the map of tracked blocks (address -> the slot that tracks it), on its own cache
+/// lines. Only the slow paths use it: a block's first hand-out in contended mode, a free or
+/// `record_stream` of a block by a thread whose slot does not track it, and draining.
+#[repr(align(128))]
+#[derive(Default)]
+struct Shard(Mutex<HashMap<DevicePtr, usize, FxBuildHasher>>);
+
 /// The per-thread caches of one front.
 pub(crate) struct ThreadCaches {
     slots: Box<[Slot]>,
-    /// Tracked blocks by address (every block handed out in contended mode and not freed since,
-    /// and every block waiting in a slot).
-    tracked: Box<[Tracked]>,
-    /// Number of tracked blocks: while 0, frees and `record_stream` skip the map.
+    /// Which slot tracks each tracked block.
+    tracked: Box<[Shard]>,
+    /// Number of tracked blocks: while 0, frees and `record_stream` skip the slots and the map.
     count: AtomicUsize,
     /// Slots in contended mode: while 0, allocations skip the slots.
     contended_slots: AtomicUsize,
@@ -107,23 +113,35 @@ thread_local! {
     static SLOT_INDEX: usize = NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % SLOTS;
 }
 
+/// Whether `ptr` waits in `state`'s free list.
+fn waiting(state: &SlotState, ptr: DevicePtr) -> bool {
+    state.free.iter().any(|&(_, p)| p == ptr)
+}
+
 impl ThreadCaches {
     pub(crate) fn new() -> Self {
         ThreadCaches {
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
-            tracked: (0..SHARDS).map(|_| Tracked::default()).collect(),
+            tracked: (0..SHARDS).map(|_| Shard::default()).collect(),
             count: AtomicUsize::new(0),
             contended_slots: AtomicUsize::new(0),
             bypass: AtomicBool::new(false),
         }
     }
 
-    fn slot(&self) -> &Slot {
-        &self.slots[SLOT_INDEX.with(|i| *i)]
+    fn slot_index(&self) -> usize {
+        SLOT_INDEX.with(|i| *i)
     }
 
-    fn shard(&self, ptr: DevicePtr) -> &Mutex<HashMap<DevicePtr, (Key, State), FxBuildHasher>> {
+    fn shard(&self, ptr: DevicePtr) -> &Mutex<HashMap<DevicePtr, usize, FxBuildHasher>> {
         &self.tracked[((ptr >> 9) as usize) % SHARDS].0
+    }
+
+    /// Forgets a tracked block (no longer owned by, nor waiting in, any slot).
+    fn untracked(&self, ptr: DevicePtr) {
+        if self.shard(ptr).lock().remove(&ptr).is_some() {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Turns caching off (history or a trace tracker) or on again.
@@ -139,7 +157,7 @@ impl ThreadCaches {
             && !self.bypass.load(Ordering::Relaxed)
     }
 
-    /// Whether a free or `record_stream` must consult the map.
+    /// Whether a free or `record_stream` must consult the slots.
     #[inline(always)]
     pub(crate) fn tracking(&self) -> bool {
         self.count.load(Ordering::Relaxed) != 0
@@ -150,7 +168,7 @@ impl ThreadCaches {
         if self.bypass.load(Ordering::Relaxed) {
             return;
         }
-        let slot = self.slot();
+        let slot = &self.slots[self.slot_index()];
         if slot.contended.swap(CONTENDED_OPS, Ordering::Relaxed) == 0 {
             self.contended_slots.fetch_add(1, Ordering::Relaxed);
         }
@@ -169,18 +187,17 @@ impl ThreadCaches {
         self.drain(slot)
     }
 
-    /// Takes every block out of `slot` (and out of the map).
+    /// Takes every waiting block out of `slot` (and out of the map).
     fn drain(&self, slot: &Slot) -> Vec<(Key, DevicePtr)> {
-        let blocks = std::mem::take(&mut *slot.free.lock());
+        let blocks = std::mem::take(&mut slot.state.lock().free);
         for (_, ptr) in &blocks {
-            if self.shard(*ptr).lock().remove(ptr).is_some() {
-                self.count.fetch_sub(1, Ordering::Relaxed);
-            }
+            self.untracked(*ptr);
         }
         blocks
     }
 
-    /// Every slot's blocks, to free to the allocator (`empty_cache`, out-of-memory retry).
+    /// Every slot's waiting blocks, to free to the allocator (`empty_cache`, out-of-memory
+    /// retry, reports).
     pub(crate) fn drain_all(&self) -> Vec<(Key, DevicePtr)> {
         self.slots.iter().flat_map(|s| self.drain(s)).collect()
     }
@@ -188,64 +205,71 @@ impl ThreadCaches {
     /// An allocation in contended mode: a waiting block of the same key, if any, and the blocks
     /// to free to the allocator if contended mode just ended.
     pub(crate) fn take(&self, key: Key) -> (Option<DevicePtr>, Vec<(Key, DevicePtr)>) {
-        let slot = self.slot();
+        let slot = &self.slots[self.slot_index()];
         if slot.contended.load(Ordering::Relaxed) == 0 {
             return (None, Vec::new());
         }
         let found = {
-            let mut free = slot.free.lock();
-            free.iter()
+            let mut state = slot.state.lock();
+            let found = state
+                .free
+                .iter()
                 .rposition(|(k, _)| *k == key)
-                .map(|i| free.swap_remove(i).1)
+                .map(|i| state.free.swap_remove(i).1);
+            if let Some(ptr) = found {
+                state.owned.insert(ptr, key);
+            }
+            found
         };
-        if let Some(ptr) = found
-            && let Some(entry) = self.shard(ptr).lock().get_mut(&ptr)
-        {
-            entry.1 = State::Owned;
-        }
         (found, self.tick(slot))
     }
 
     /// A block the allocator just handed out for `key`: tracked when the caller is in
     /// contended mode, so that its free may keep it.
     pub(crate) fn handed_out(&self, ptr: DevicePtr, key: Key) {
-        if key.size > MAX_SIZE || self.slot().contended.load(Ordering::Relaxed) == 0 {
+        let index = self.slot_index();
+        let slot = &self.slots[index];
+        if key.size > MAX_SIZE || slot.contended.load(Ordering::Relaxed) == 0 {
             return;
         }
-        if self
-            .shard(ptr)
-            .lock()
-            .insert(ptr, (key, State::Owned))
-            .is_none()
-        {
+        if self.shard(ptr).lock().insert(ptr, index).is_none() {
             self.count.fetch_add(1, Ordering::Relaxed);
         }
+        slot.state.lock().owned.insert(ptr, key);
     }
 
     /// A free while blocks are tracked (see [`ThreadCaches::tracking`]): what to do with it,
     /// and the blocks to free to the allocator if the caller's contended mode just ended.
     pub(crate) fn free(&self, ptr: DevicePtr) -> (Freed, Vec<(Key, DevicePtr)>) {
-        let slot = self.slot();
+        let index = self.slot_index();
+        let slot = &self.slots[index];
         let contended = slot.contended.load(Ordering::Relaxed) != 0;
-        let outcome = {
-            let mut shard = self.shard(ptr).lock();
-            match shard.get(&ptr).copied() {
-                None => Freed::Allocator,
-                Some((_, State::Cached)) => Freed::Twice,
-                Some((key, State::Owned)) => {
-                    let mut free = slot.free.lock();
-                    if contended && free.len() < MAX_CACHED && !self.bypass.load(Ordering::Relaxed)
+        let mine = {
+            let mut state = slot.state.lock();
+            match state.owned.remove(&ptr) {
+                Some(key) => {
+                    if contended
+                        && state.free.len() < MAX_CACHED
+                        && !self.bypass.load(Ordering::Relaxed)
                     {
-                        free.push((key, ptr));
-                        shard.insert(ptr, (key, State::Cached));
-                        Freed::Cached
+                        state.free.push((key, ptr));
+                        Some(Freed::Cached)
                     } else {
-                        shard.remove(&ptr);
-                        self.count.fetch_sub(1, Ordering::Relaxed);
-                        Freed::Allocator
+                        Some(Freed::Allocator)
                     }
                 }
+                None if waiting(&state, ptr) => Some(Freed::Twice),
+                None => None,
             }
+        };
+        let outcome = match mine {
+            Some(Freed::Allocator) => {
+                self.untracked(ptr);
+                Freed::Allocator
+            }
+            Some(other) => other,
+            // Not this slot's: another slot may track it (a block freed by another thread).
+            None => self.release_elsewhere(ptr, index),
         };
         let done = if contended {
             self.tick(slot)
@@ -255,19 +279,46 @@ impl ThreadCaches {
         (outcome, done)
     }
 
+    /// A free or `record_stream` of `ptr` by a thread whose slot (`mine`) does not track it:
+    /// the slot that does stops tracking it (Allocator), or it waits there (Twice).
+    fn release_elsewhere(&self, ptr: DevicePtr, mine: usize) -> Freed {
+        let owner = self.shard(ptr).lock().get(&ptr).copied();
+        let Some(owner) = owner.filter(|&o| o != mine) else {
+            return Freed::Allocator;
+        };
+        let twice = {
+            let mut state = self.slots[owner].state.lock();
+            state.owned.remove(&ptr).is_none() && waiting(&state, ptr)
+        };
+        if twice {
+            return Freed::Twice;
+        }
+        self.untracked(ptr);
+        Freed::Allocator
+    }
+
     /// `record_stream` of a tracked block: it must reach the allocator's free (which records
     /// the stream's event), so it is no longer tracked. False when it waits in a slot (the user
     /// freed it: an unknown pointer).
     pub(crate) fn untrack(&self, ptr: DevicePtr) -> bool {
-        let mut shard = self.shard(ptr).lock();
-        match shard.get(&ptr) {
-            Some((_, State::Cached)) => false,
-            Some((_, State::Owned)) => {
-                shard.remove(&ptr);
-                self.count.fetch_sub(1, Ordering::Relaxed);
+        let index = self.slot_index();
+        let mine = {
+            let mut state = self.slots[index].state.lock();
+            if state.owned.remove(&ptr).is_some() {
+                Some(true)
+            } else if waiting(&state, ptr) {
+                Some(false)
+            } else {
+                None
+            }
+        };
+        match mine {
+            Some(true) => {
+                self.untracked(ptr);
                 true
             }
-            None => true,
+            Some(false) => false,
+            None => !matches!(self.release_elsewhere(ptr, index), Freed::Twice),
         }
     }
 }

@@ -178,3 +178,27 @@ fn the_fronts_reports_count_only_the_users_blocks() {
     assert_eq!(allocated(&front).0, 2048);
     front.raw_delete(q).unwrap();
 }
+
+#[test]
+fn a_block_freed_by_another_thread_goes_to_the_allocator() {
+    let (_dev, front) = front(64 * MIB);
+    let p = alloc_contended(&front, 512);
+    let q = front.raw_alloc(0, 512).unwrap();
+    front.raw_delete(q).unwrap();
+    // `p` is tracked by this thread's slot; another thread frees it: the allocator gets it.
+    std::thread::scope(|s| {
+        s.spawn(|| front.raw_delete(p).unwrap()).join().unwrap();
+    });
+    assert_eq!(
+        allocated(&front).0,
+        512,
+        "only `q` waits in this thread's slot"
+    );
+    // `q` waits here: another thread freeing it again is a double free.
+    std::thread::scope(|s| {
+        let r = s.spawn(|| front.raw_delete(q)).join().unwrap();
+        assert!(matches!(r, Err(Error::UnknownPointer { ptr }) if ptr == q));
+    });
+    // And this thread gets `q` back for the next 512 B.
+    assert_eq!(front.raw_alloc(0, 512).unwrap(), q);
+}
