@@ -65,7 +65,7 @@ const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-se
 color:#1d232a}div svg{max-width:100%;height:auto}h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;\
 border-bottom:1px solid #d0d7de;padding-bottom:4px}p.sum{margin:2px 0;color:#444}\
 table{border-collapse:collapse;font-size:13px;margin:8px 0}th,td{border:1px solid #d0d7de;\
-padding:3px 8px;text-align:right}th{background:#f3f5f7}td.l,th.l{text-align:left;overflow-wrap:normal;word-break:normal}\
+padding:3px 8px;text-align:right;white-space:nowrap}th{background:#f3f5f7}td.l,th.l{text-align:left;white-space:normal;overflow-wrap:normal;word-break:normal}\
 tr:nth-child(even) td{background:#fafbfc}.note{font-size:12px;color:#555}\
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 14px;vertical-align:middle}\
 code{background:#f3f5f7;padding:1px 4px}";

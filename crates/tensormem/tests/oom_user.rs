@@ -771,6 +771,9 @@ fn html_report_of_a_replay_and_of_advise() {
         "break opportunities"
     );
     assert!(!raw.contains("overflow-wrap:anywhere"));
+    // Figures never wrap between a number and its unit ("195.32 MiB"); text cells do.
+    assert!(raw.contains("text-align:right;white-space:nowrap}"));
+    assert!(raw.contains("td.l,th.l{text-align:left;white-space:normal;"));
     // Every text of the timeline (legend, axes) is at least 12 px.
     let sizes: Vec<f64> = raw
         .split("font-size=\"")
