@@ -515,6 +515,12 @@ fn same_results(a: &CandidateResult, b: &CandidateResult) -> bool {
 }
 
 impl Advice {
+    /// Whether some setting runs the job without an out-of-memory error on the device memory
+    /// asked for (`tensormem advise` exits 1 when none does).
+    pub fn fits(&self) -> bool {
+        self.candidates.iter().any(|c| c.fits)
+    }
+
     /// The default configuration's row.
     pub fn default_row(&self) -> Option<&CandidateResult> {
         self.candidates.iter().find(|c| c.config == "default")

@@ -3,7 +3,8 @@
 //! `tensormem` with no arguments runs the built-in demo; `tensormem replay FILE` replays a
 //! snapshot (see `tensormem replay --help`). Errors print one line and exit with status 2; a
 //! replay whose own main replay ran out of memory prints its report and exits with status 1
-//! ([`EXIT_REPLAY_OOM`]).
+//! ([`EXIT_REPLAY_OOM`]), and so does an advise run in which no setting fits the device memory
+//! ([`EXIT_NO_FIT`]).
 
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write as _};
@@ -44,6 +45,8 @@ enum Command {
     Train(TrainArgs),
     /// Search the allocator settings (PYTORCH_CUDA_ALLOC_CONF) for the one that needs the
     /// least device memory, and find the smallest device memory that runs it without OOM.
+    /// Exit status: 0 when a setting runs the job without OOM on the device memory; 1 when
+    /// none does (the report still prints: the fewest failures first); 2 on an error.
     Advise(AdviseArgs),
     /// Explain an out-of-memory error: the failed request, the free space per segment and
     /// pool, who holds the memory, and the setting that would have avoided it.
@@ -268,7 +271,13 @@ fn main() -> ExitCode {
         }),
         Some(Command::Dtr(args)) => dtr::run(&args).and_then(|out| ok(emit(out.as_bytes()))),
         Some(Command::Train(args)) => run_train(&args).and_then(|out| ok(emit(out.as_bytes()))),
-        Some(Command::Advise(args)) => run_advise(&args).and_then(|out| ok(emit(out.as_bytes()))),
+        Some(Command::Advise(args)) => run_advise(&args).and_then(|(out, fits)| {
+            emit(out.as_bytes())?;
+            if !fits {
+                return Ok(ExitCode::from(EXIT_NO_FIT));
+            }
+            Ok(ExitCode::SUCCESS)
+        }),
         Some(Command::Explain(args)) => run_explain(&args).and_then(|out| ok(emit(out.as_bytes()))),
         Some(Command::Diff(args)) => run_diff(&args).and_then(|out| ok(emit(out.as_bytes()))),
     };
@@ -285,6 +294,11 @@ fn main() -> ExitCode {
 /// out of memory (on a `--device-memory` too small for the job): scripts can test
 /// `tensormem replay FILE --device-memory SIZE` for "fits".
 const EXIT_REPLAY_OOM: u8 = 1;
+
+/// The exit status of `tensormem advise` when the report printed but no setting runs the job
+/// without OOM on the device memory (`--device-memory`, or the unconstrained 1 TiB): scripts
+/// can test `tensormem advise FILE --device-memory SIZE` for "some setting fits".
+const EXIT_NO_FIT: u8 = 1;
 
 /// Success as an exit status.
 fn ok(r: Result<(), String>) -> Result<ExitCode, String> {
@@ -394,8 +408,9 @@ fn run_replay(args: ReplayArgs) -> Result<(String, usize), String> {
     Ok((out, failed))
 }
 
-/// Runs `tensormem advise` and returns the report.
-fn run_advise(args: &AdviseArgs) -> Result<String, String> {
+/// Runs `tensormem advise` and returns the report and whether some setting fits the device
+/// memory.
+fn run_advise(args: &AdviseArgs) -> Result<(String, bool), String> {
     let name = args.file.display().to_string();
     let snap = load::load_path(&args.file).map_err(|e| e.to_string())?;
     let device_memory = match &args.device_memory {
@@ -427,7 +442,7 @@ fn run_advise(args: &AdviseArgs) -> Result<String, String> {
     if let (Some(p), false) = (&args.html, args.json) {
         let _ = writeln!(out, "HTML report written to {}", p.display());
     }
-    Ok(out)
+    Ok((out, advice.fits()))
 }
 
 /// Runs `tensormem diff` and returns the report.

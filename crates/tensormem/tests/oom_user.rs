@@ -490,17 +490,31 @@ fn advise_counts_the_blocks_live_before_recording_on_lm2_7b() {
 #[test]
 fn advise_json_schema_and_invariants() {
     let dir = annotated_dir();
-    let doc: Json = serde_json::from_str(&success(&tensormem(
+    let o = tensormem(
         dir.path(),
         &[
             "advise",
             "annotated.pickle",
             "--json",
             "--device-memory",
-            "60MiB",
+            "64MiB",
         ],
-    )))
-    .expect("json");
+    );
+    let doc: Json = serde_json::from_str(&stdout(&o)).expect("json");
+    let fitting = doc["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["fits"] == true)
+        .count();
+    // Exit status 0 exactly when some setting fits (1 when none does).
+    assert_eq!(
+        o.status.code(),
+        Some(i32::from(fitting == 0)),
+        "{fitting} fit"
+    );
+    // On 64 MiB (a 47 MiB lower bound) all but one fit: both kinds of rows are checked.
+    assert_eq!(fitting, doc["candidates"].as_array().unwrap().len() - 1);
     let top: Vec<&str> = doc
         .as_object()
         .unwrap()
@@ -525,7 +539,7 @@ fn advise_json_schema_and_invariants() {
     );
     assert_eq!(doc["mode"], "whole job");
     assert!(doc["left_out"].is_null());
-    assert_eq!(doc["device_memory_bytes"], 60 << 20);
+    assert_eq!(doc["device_memory_bytes"], 64 << 20);
     let lower = doc["lower_bound_bytes"].as_u64().unwrap();
     let cands = doc["candidates"].as_array().unwrap();
     assert!(cands.len() >= 25);
@@ -561,7 +575,7 @@ fn advise_json_schema_and_invariants() {
             assert!(!seen_misfit, "settings that fit come first");
             let min = c["min_device_memory_bytes"].as_u64().unwrap();
             assert!(min >= lower, "{c}");
-            assert!(min <= 60 << 20, "{c}");
+            assert!(min <= 64 << 20, "{c}");
             assert_eq!(min % (2 << 20), 0);
             assert!(min >= last_min, "ranked by the smallest device memory: {c}");
             last_min = min;
@@ -575,6 +589,51 @@ fn advise_json_schema_and_invariants() {
             .iter()
             .any(|c| c["config"] == "default" && c["alloc_conf"] == "")
     );
+}
+
+/// advise's exit status says whether any setting fits: 0 when one runs the job without OOM on
+/// the device memory, 1 when none does (the report still prints, text and JSON), 2 on an error.
+#[test]
+fn advise_exit_status_says_whether_a_setting_fits() {
+    let dir = annotated_dir();
+    let fits = tensormem(
+        dir.path(),
+        &["advise", "annotated.pickle", "--device-memory", "1GiB"],
+    );
+    assert_eq!(fits.status.code(), Some(0), "{}", common::stderr(&fits));
+    assert!(stdout(&fits).contains("Best: "), "{}", stdout(&fits));
+    let tight = tensormem(
+        dir.path(),
+        &["advise", "annotated.pickle", "--device-memory", "1MiB"],
+    );
+    assert_eq!(tight.status.code(), Some(1), "{}", common::stderr(&tight));
+    assert_eq!(common::stderr(&tight), "");
+    let text = stdout(&tight);
+    assert!(
+        text.contains("No setting runs the whole job without OOM on the device memory 1024.00 KiB"),
+        "{text}"
+    );
+    assert!(!text.contains("export PYTORCH_CUDA_ALLOC_CONF"), "{text}");
+    let json = tensormem(
+        dir.path(),
+        &[
+            "advise",
+            "annotated.pickle",
+            "--device-memory",
+            "1MiB",
+            "--json",
+        ],
+    );
+    assert_eq!(json.status.code(), Some(1));
+    let doc: Json = serde_json::from_str(&stdout(&json)).expect("the JSON still prints");
+    let cands = doc["candidates"].as_array().expect("candidates");
+    assert_eq!(cands.len(), tensormem::advise::candidates().len());
+    assert!(cands.iter().all(|c| c["fits"] == false));
+    let bad = tensormem(
+        dir.path(),
+        &["advise", "annotated.pickle", "--device-memory", "-1"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
 }
 
 #[test]
