@@ -242,6 +242,9 @@ fn roundup_list_per_version(
 #[case::rounding_19_on_2_15("max_non_split_rounding_mb:19", TorchVersion::V2_15, false)]
 #[case::fraction_key_on_2_7("per_process_memory_fraction:0.5", TorchVersion::V2_7, false)]
 #[case::fraction_key_on_2_15("per_process_memory_fraction:0.5", TorchVersion::V2_15, true)]
+#[case::catch_all_on_2_7("pinned_free_catch_all:True", TorchVersion::V2_7, false)]
+#[case::catch_all_on_2_15("pinned_free_catch_all:True", TorchVersion::V2_15, true)]
+#[case::catch_all_not_a_bool("pinned_free_catch_all:yes", TorchVersion::V2_15, false)]
 fn keys_per_version(#[case] input: &str, #[case] version: TorchVersion, #[case] ok: bool) {
     let got = AllocatorConfig::parse_for(input, version);
     assert_eq!(got.is_ok(), ok, "{input} under {version}: {got:?}");

@@ -48,7 +48,7 @@ prop_compose! {
         expandable_segments in any::<bool>(),
         per_process_memory_fraction in prop::option::of(prop_oneof![Just(1.0), fraction_below_one()]),
         backend in prop_oneof![Just(Backend::Native), Just(Backend::CudaMallocAsync)],
-        bools in any::<[bool; 4]>(),
+        bools in any::<[bool; 5]>(),
         threads_log2 in 0u32..=7,
         pinned_reserve_segment_size_mb in prop_oneof![Just(0usize), 1usize..1_000_000],
     ) -> AllocatorConfig {
@@ -66,6 +66,7 @@ prop_compose! {
             .pinned_reserve_segment_size_mb(pinned_reserve_segment_size_mb)
             .pinned_use_background_threads(bools[2])
             .graph_capture_record_stream_reuse(bools[3])
+            .pinned_free_catch_all(bools[4])
             .build()
             .expect("every strategy gives a valid value")
     }
@@ -153,6 +154,7 @@ proptest! {
             .backend(Backend::Native)
             .pinned_reserve_segment_size_mb(0)
             .pinned_use_background_threads(false)
+            .pinned_free_catch_all(false)
             .build()
             .unwrap();
         // Split sizes above i64::MAX saturate in the dict.

@@ -517,6 +517,14 @@ knobs! {
     /// here.
     graph_capture_record_stream_reuse: bool = false, set(bool) =>
         flag!(graph_capture_record_stream_reuse, "graph_capture_record_stream_reuse", snapshot 8);
+
+    /// A pinned host allocator switch of torch 2.15 (`pinned_free_catch_all:True|False`,
+    /// PyTorch's `CUDAAllocatorConfig::pinned_free_catch_all()`; torch 2.7 rejects the key, as
+    /// torch-oracle shows). Accepted for compatibility and stored; nothing here reads it.
+    pinned_free_catch_all: bool = false, set(bool) => Knob {
+        accepted_by: |torch| torch >= TorchVersion::V2_15,
+        ..flag!(pinned_free_catch_all, "pinned_free_catch_all")
+    };
 }
 
 /// The canonical spellings of [`KNOBS`], in order ([`super::ALLOWED_KEYS`]).
