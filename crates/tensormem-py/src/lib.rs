@@ -7,11 +7,17 @@
 //! a = tensormem.advise(snap, device_memory="40GiB")
 //! ```
 //!
-//! Every function takes a snapshot as a path (`str` or `os.PathLike`), the bytes of a pickle
-//! or JSON file, or the dict `torch.cuda.memory._snapshot()` returns, and returns what the CLI's
-//! `--json` prints, as Python dicts and lists. Errors raise `tensormem.TensormemError` with the
-//! CLI's message, option names given as the Python arguments (`device_memory`). The work runs without the GIL. `dtr_log` reads a DTR operator log (as
-//! `tensormem.record` writes them) and gives its no-eviction figures.
+//! Every function takes a snapshot as a path (`str` or `os.PathLike`), a file object opened
+//! for reading (`open(path, "rb")`, `gzip.open`, `io.BytesIO`), the bytes of a pickle or JSON
+//! file (`bytes`, `bytearray`, `memoryview`), or the dict `torch.cuda.memory._snapshot()`
+//! returns, and returns what the CLI's `--json` prints: `replay`, `advise`, `explain` and
+//! `diff` as a `dict` subclass of `tensormem._result` that notebooks display as a table
+//! (`_repr_html_`), nested values as plain dicts and lists. Errors raise
+//! `tensormem.TensormemError` with the CLI's message, option names given as the Python
+//! arguments (`device_memory`); a field of a snapshot dict with an invalid value (a negative
+//! or non-integer size) is named (`device_traces[0][3]['size']`). The work runs without the
+//! GIL. `dtr_log` reads a DTR operator log (as `tensormem.record` writes them) and gives its
+//! no-eviction figures.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,7 +25,9 @@ use std::path::PathBuf;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple,
+};
 use serde_json::Value as Json;
 use tensormem::model::Snapshot;
 use tensormem_pickle::Value;
@@ -136,12 +144,60 @@ impl Converter {
     }
 }
 
-/// Loads `snap`: a path, bytes, or a snapshot dict; returns the model and its name for
-/// messages.
+/// The bytes of an input given as data rather than a path: `bytes`, `bytearray`, `memoryview`
+/// (any buffer; a non-contiguous one is copied in C order, as `bytes(view)` does), or a readable
+/// file object (anything with a `read()` method but `str`: binary files, `gzip.open`,
+/// `io.BytesIO`; a text file's `str` is taken as UTF-8, for JSON), with the name messages use
+/// (`<bytes>`, `<bytearray>`, `<memoryview>`, a file object's `name`, else `<file>`). `None`
+/// for anything else (a path, a dict).
+fn input_bytes(obj: &Bound<'_, PyAny>) -> PyResult<Option<(Vec<u8>, String)>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(Some((b.as_bytes().to_vec(), "<bytes>".into())));
+    }
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return Ok(Some((b.to_vec(), "<bytearray>".into())));
+    }
+    if obj.is_instance_of::<PyMemoryView>() {
+        let copy = obj.py().get_type::<PyBytes>().call1((obj,))?;
+        let b = copy.cast::<PyBytes>()?;
+        return Ok(Some((b.as_bytes().to_vec(), "<memoryview>".into())));
+    }
+    if obj.is_instance_of::<PyString>() || !obj.hasattr("read")? {
+        return Ok(None);
+    }
+    let name = obj
+        .getattr("name")
+        .ok()
+        .and_then(|n| n.extract::<String>().ok())
+        .unwrap_or_else(|| "<file>".into());
+    let data = obj.call_method0("read").map_err(|e| {
+        let hint = if e.is_instance_of::<pyo3::exceptions::PyUnicodeDecodeError>(obj.py()) {
+            " (open a pickle in binary mode: open(path, \"rb\"))"
+        } else {
+            ""
+        };
+        error(format!("{name}: read() failed: {e}{hint}"))
+    })?;
+    if let Ok(b) = data.cast::<PyBytes>() {
+        return Ok(Some((b.as_bytes().to_vec(), name)));
+    }
+    if let Ok(t) = data.cast::<PyString>() {
+        return Ok(Some((t.to_cow()?.as_bytes().to_vec(), name)));
+    }
+    let ty = data.get_type().name()?;
+    Err(error(format!(
+        "{name}: read() returned {ty}, expected bytes or str"
+    )))
+}
+
+/// Loads `snap`: a path, bytes-like data or a file object ([`input_bytes`]), or a snapshot
+/// dict; returns the model and its name for messages.
 fn load(snap: &Bound<'_, PyAny>) -> PyResult<(Snapshot, String)> {
-    if let Ok(b) = snap.cast::<PyBytes>() {
-        let name = "<bytes>".to_string();
-        let s = tensormem::load::load_bytes(b.as_bytes(), &name).map_err(error)?;
+    if let Some((bytes, name)) = input_bytes(snap)? {
+        let s = snap
+            .py()
+            .detach(|| tensormem::load::load_bytes(&bytes, &name))
+            .map_err(error)?;
         return Ok((s, name));
     }
     if snap.is_instance_of::<PyDict>() || snap.is_instance_of::<PyList>() {
@@ -160,8 +216,17 @@ fn load(snap: &Bound<'_, PyAny>) -> PyResult<(Snapshot, String)> {
     }
     let ty = snap.get_type().name()?;
     Err(error(format!(
-        "expected a path, the bytes of a snapshot file, or the dict torch.cuda.memory._snapshot() returns; found {ty}"
+        "expected a path, a file object, the bytes of a snapshot file (bytes, bytearray, memoryview), or the dict torch.cuda.memory._snapshot() returns; found {ty}"
     )))
+}
+
+/// `doc` as an instance of `class` of `tensormem._result`: the `--json` dict as a `dict`
+/// subclass that notebooks display as a table (`_repr_html_`).
+fn result<'py>(py: Python<'py>, class: &str, doc: &Json) -> PyResult<Bound<'py, PyAny>> {
+    let dict = to_py(py, doc)?;
+    py.import("tensormem._result")?
+        .getattr(class)?
+        .call1((dict,))
 }
 
 /// A size given as bytes (int) or text ("40GiB"); `None` stays `None`.
@@ -222,7 +287,8 @@ fn to_py<'py>(py: Python<'py>, v: &Json) -> PyResult<Bound<'py, PyAny>> {
 /// holding the most bytes; `torch_version` ("2.7", "2.15") follows that PyTorch version's
 /// rules (default: parity detects the version, what-if uses the newest); `stack=True` groups
 /// the call sites by their whole stack (`--stack`); `html=PATH` writes the self-contained page
-/// of `--html`, `plot=PATH` the SVG of `--plot`. Returns the `--json` dict.
+/// of `--html`, `plot=PATH` the SVG of `--plot`. Returns the `--json` dict as a
+/// `ReplayResult` (a dict that notebooks show as a table).
 #[pyfunction]
 #[pyo3(signature = (snap, alloc_conf=None, from_empty=false, sweep=false, device_memory=None, top=None, device=None, torch_version=None, history_only=false, stack=false, html=None, plot=None))]
 #[allow(clippy::too_many_arguments)]
@@ -297,7 +363,7 @@ fn replay<'py>(
             Ok(report.json(&s))
         })
         .map_err(error)?;
-    to_py(py, &doc)
+    result(py, "ReplayResult", &doc)
 }
 
 /// advise(snap, device_memory=None, device=None, history_only=False, html=None)
@@ -307,7 +373,8 @@ fn replay<'py>(
 /// reserved bytes, fragmentation, device mallocs and the smallest device memory on which a
 /// full replay of the whole job runs it without OOM, best first, with the line to paste.
 /// `device_memory` (bytes or "40GiB") is the device to fit; `history_only=True` replays the
-/// recorded history alone (`--history-only`); `html=PATH` writes the page of `--html`.
+/// recorded history alone (`--history-only`); `html=PATH` writes the page of `--html`. Returns
+/// an `AdviseResult` (the dict, shown as a table in notebooks).
 #[pyfunction]
 #[pyo3(signature = (snap, device_memory=None, device=None, history_only=false, html=None))]
 fn advise<'py>(
@@ -340,7 +407,11 @@ fn advise<'py>(
             Ok(advice)
         })
         .map_err(error)?;
-    to_py(py, &serde_json::to_value(&doc).map_err(error)?)
+    result(
+        py,
+        "AdviseResult",
+        &serde_json::to_value(&doc).map_err(error)?,
+    )
 }
 
 /// diff(a, b, top=10)
@@ -348,7 +419,8 @@ fn advise<'py>(
 ///
 /// Compares two snapshots, as `tensormem diff --json`: segments and bytes at each dump, each
 /// history's parity peaks, whole-job lower bound and fragmentation (`None` for a state-only
-/// snapshot), and the `top` call sites that grew or shrank, the largest change first.
+/// snapshot), and the `top` call sites that grew or shrank, the largest change first. Returns
+/// a `DiffResult` (the dict, shown as a table in notebooks).
 #[pyfunction]
 #[pyo3(signature = (a, b, top=10))]
 fn diff<'py>(
@@ -365,7 +437,11 @@ fn diff<'py>(
     let doc = py
         .detach(|| tensormem::diff::diff(&sa, &name_a, &sb, &name_b, top))
         .map_err(error)?;
-    to_py(py, &serde_json::to_value(&doc).map_err(error)?)
+    result(
+        py,
+        "DiffResult",
+        &serde_json::to_value(&doc).map_err(error)?,
+    )
 }
 
 /// explain(snap, top=5)
@@ -373,7 +449,8 @@ fn diff<'py>(
 ///
 /// Explains an out-of-memory error, as `tensormem explain --json`: the failed request, free
 /// bytes per segment, the largest free block per pool and stream, the bytes stuck in split
-/// segments, the top call sites, the advise result, and which figures are unknown.
+/// segments, the top call sites, the advise result, and which figures are unknown. Returns an
+/// `ExplainResult` (the dict, shown as a table in notebooks).
 #[pyfunction]
 #[pyo3(signature = (snap, top=5))]
 fn explain<'py>(
@@ -389,7 +466,11 @@ fn explain<'py>(
     let doc = py
         .detach(|| tensormem::explain::explain(&s, &name, &opts))
         .map_err(error)?;
-    to_py(py, &serde_json::to_value(&doc).map_err(error)?)
+    result(
+        py,
+        "ExplainResult",
+        &serde_json::to_value(&doc).map_err(error)?,
+    )
 }
 
 /// dump(snap, path=None, alloc_conf=None, from_empty=False, device_memory=None)
@@ -457,21 +538,21 @@ fn dtr_log<'py>(py: Python<'py>, log: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
         .filter(|s| s.trim_start().starts_with('{'));
     let parsed = if let Some(text) = text {
         log::parse(&text).map_err(error)?
-    } else if let Ok(b) = log.cast::<PyBytes>() {
-        let bytes = b.as_bytes();
-        let bytes = if log::is_gzip(bytes) {
-            log::gunzip(bytes).map_err(|e| error(format!("<bytes>: not a valid gzip file: {e}")))?
+    } else if let Some((bytes, name)) = input_bytes(log)? {
+        let bytes = if log::is_gzip(&bytes) {
+            log::gunzip(&bytes).map_err(|e| error(format!("{name}: not a valid gzip file: {e}")))?
         } else {
-            bytes.to_vec()
+            bytes
         };
-        let text = String::from_utf8(bytes).map_err(|_| error("<bytes>: not UTF-8 text"))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| error(format!("{name}: not UTF-8 text")))?;
         log::parse(&text).map_err(error)?
     } else if let Ok(path) = log.extract::<PathBuf>() {
         py.detach(|| log::parse_file(&path)).map_err(error)?
     } else {
         let ty = log.get_type().name()?;
         return Err(error(format!(
-            "expected a path, the text or the bytes of an operator log; found {ty}"
+            "expected a path, a file object, the text or the bytes of an operator log; found {ty}"
         )));
     };
     let base = py

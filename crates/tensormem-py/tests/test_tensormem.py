@@ -279,3 +279,161 @@ def test_html_plot_and_stack_arguments(tmp_path):
     with pytest.raises(tensormem.TensormemError) as e:
         tensormem.replay(synthetic(), stack=True)
     assert str(e.value) == "stack: needs top=N (the call sites to group by stack)"
+
+
+def test_file_objects_bytearray_and_memoryview_are_accepted_wherever_a_path_is(tmp_path):
+    import gzip
+    import io
+
+    d = synthetic()
+    data = pickle.dumps(d)
+    f = tmp_path / "snap.pickle"
+    f.write_bytes(data)
+    by_path = tensormem.replay(str(f))
+    with open(f, "rb") as fh:
+        by_file = tensormem.replay(fh)
+    assert by_file["file"] == str(f)  # a file object is named by its name
+    by_bytesio = tensormem.replay(io.BytesIO(data))
+    assert by_bytesio["file"] == "<file>"
+    by_bytearray = tensormem.replay(bytearray(data))
+    assert by_bytearray["file"] == "<bytearray>"
+    by_view = tensormem.replay(memoryview(data))
+    assert by_view["file"] == "<memoryview>"
+    # A non-contiguous view is copied in C order, as bytes(view) does.
+    doubled = bytes(b for x in data for b in (x, 0))
+    by_strided = tensormem.replay(memoryview(doubled)[::2])
+    gz = tmp_path / "snap.pickle.gz"
+    gz.write_bytes(gzip.compress(data))
+    with gzip.open(gz) as fh:
+        by_gzip = tensormem.replay(fh)
+    # JSON read from a text-mode file object (str).
+    js = tmp_path / "snap.json"
+    import json
+
+    js.write_text(json.dumps(d))
+    with open(js) as fh:
+        by_text = tensormem.replay(fh)
+    reports = [by_path, by_file, by_bytesio, by_bytearray, by_view, by_strided, by_gzip, by_text]
+    for r in reports:
+        r.pop("file")
+    assert all(r == by_path for r in reports)
+    # Every function takes them: advise, explain, diff, dump, dtr_log.
+    assert tensormem.advise(io.BytesIO(data), device_memory="64MiB")["candidates"][0]["fits"]
+    assert tensormem.explain(bytearray(data))["reserved_bytes"] == 20 * MIB
+    assert tensormem.diff(io.BytesIO(data), memoryview(data))["sites"] == []
+    assert tensormem.dump(bytearray(data)) == tensormem.dump(d)
+    log = b'{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}\n{"INSTRUCTION":"CONSTANT","NAME":"x1"}\n{"INSTRUCTION":"MEMORY","MEMORY":"64","NAME":"x1"}\n'
+    assert tensormem.dtr_log(io.BytesIO(log))["peak_bytes"] == 64
+    assert tensormem.dtr_log(bytearray(gzip.compress(log)))["peak_bytes"] == 64
+    # A text-mode pickle cannot be read: the message says to open it in binary mode.
+    with open(f, encoding="utf-8") as fh, pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay(fh)
+    assert str(e.value).startswith(f"{f}: read() failed: ") and 'open(path, "rb")' in str(e.value)
+
+    class Odd:
+        def read(self):
+            return 42
+
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay(Odd())
+    assert str(e.value) == "<file>: read() returned int, expected bytes or str"
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay(bytearray())
+    assert str(e.value) == "<bytearray>: the file is empty"
+
+
+@pytest.mark.parametrize(
+    "where, value, field, found",
+    [
+        ("trace", -512, "device_traces[0][1]['size']", "-512"),
+        ("trace", 3.5 * MIB, "device_traces[0][1]['size']", "float"),
+        ("trace", "5MiB", "device_traces[0][1]['size']", "str"),
+        ("block", -1, "segments[0]['blocks'][0]['requested_size']", "-1"),
+        ("block_size", 2.0, "segments[0]['blocks'][0]['size']", "float"),
+        ("segment", -20 * MIB, "segments[0]['total_size']", str(-20 * MIB)),
+        ("time", "soon", "device_traces[0][1]['time_us']", "str"),
+    ],
+)
+def test_invalid_sizes_in_a_dict_are_errors_naming_the_field(where, value, field, found):
+    d = synthetic()
+    if where == "trace":
+        d["device_traces"][0][1] = dict(d["device_traces"][0][1], size=value)
+    elif where == "time":
+        d["device_traces"][0][1] = dict(d["device_traces"][0][1], time_us=value)
+    elif where == "block":
+        d["segments"][0]["blocks"][0]["requested_size"] = value
+    elif where == "block_size":
+        d["segments"][0]["blocks"][0]["size"] = value
+    else:
+        d["segments"][0]["total_size"] = value
+    for call in (tensormem.replay, tensormem.advise, tensormem.explain):
+        with pytest.raises(tensormem.TensormemError) as e:
+            call(d)
+        assert str(e.value) == (
+            f"<dict>: not a PyTorch memory snapshot: {field} should be a non-negative integer, found {found}"
+        )
+
+
+def test_results_are_dicts_with_a_notebook_display(tmp_path):
+    import copy
+    import json
+
+    d = synthetic()
+    r = tensormem.replay(d, top=2)
+    assert type(r) is tensormem.ReplayResult and isinstance(r, dict)
+    plain = dict(r)
+    assert r == plain and json.loads(json.dumps(r)) == plain
+    assert pickle.loads(pickle.dumps(r)) == r and type(pickle.loads(pickle.dumps(r))) is tensormem.ReplayResult
+    assert copy.deepcopy(r) == r and repr(r) == repr(plain)
+    html = r._repr_html_()
+    assert html.startswith('<div class="tensormem-result">') and html.endswith("</div>")
+    assert "<b>tensormem replay &lt;dict&gt;</b>" in html  # strings from the snapshot are escaped
+    assert "<td>allocations at the recorded address</td><td class=\"n\">3 of 3</td>" in html
+    assert "<td>peak reserved</td><td class=\"n\">20.00 MiB</td>" in html
+    assert "/home/me/model.py:7:forward" in html
+    sweep = tensormem.replay(d, from_empty=True, sweep=True)._repr_html_()
+    assert "<b>What-if replays</b>" in sweep and "expandable_segments:True" in sweep
+    state = synthetic()
+    del state["device_traces"]
+    s = tensormem.replay(state)._repr_html_()
+    assert "state only" in s and "<b>Unknown</b>" in s
+    a = tensormem.advise(d, device_memory="64MiB")
+    assert type(a) is tensormem.AdviseResult
+    ah = a._repr_html_()
+    assert "<b>Allocator settings, best first</b>" in ah and "<td class=\"n\">64.00 MiB</td>" in ah
+    from html import escape
+
+    assert f"<b>Best: {escape(a['candidates'][0]['config'])}</b><pre>{escape(a['candidates'][0]['apply'][0])}" in ah
+    tight = tensormem.advise(d, device_memory="1MiB")._repr_html_()
+    assert "No setting runs the job without OOM on this device memory." in tight
+    e = tensormem.explain(d)
+    assert type(e) is tensormem.ExplainResult
+    eh = e._repr_html_()
+    assert eh.count("<b>Unknown</b>") == 1 and "reserved but unallocated in split segments" in eh
+    assert "<td class=\"n\">12.00 MiB</td>" in eh
+    df = tensormem.diff(d, state)
+    assert type(df) is tensormem.DiffResult
+    dh = df._repr_html_()
+    assert "<b>tensormem diff &lt;dict&gt; &lt;dict&gt;</b>" in dh
+    # The state-only side has no peaks: unknown, never 0.
+    assert "<td>peak reserved</td><td class=\"n\">20.00 MiB</td><td class=\"n\">unknown</td><td class=\"n\">unknown</td>" in dh
+    assert tensormem._result.format_size(1 << 20) == "1024.00 KiB"
+    assert tensormem._result.format_size(1024) == "1024 bytes"
+
+
+def test_stubs_name_the_result_classes_the_functions_return():
+    import ast
+
+    folder = pathlib.Path(tensormem.__file__).parent
+    stub = ast.parse((folder / "_native.pyi").read_text())
+    returns = {f.name: ast.unparse(f.returns) for f in stub.body if isinstance(f, ast.FunctionDef)}
+    d = synthetic()
+    got = {
+        "replay": tensormem.replay(d),
+        "advise": tensormem.advise(d, device_memory="64MiB"),
+        "explain": tensormem.explain(d),
+        "diff": tensormem.diff(d, d),
+        "dump": tensormem.dump(d),
+    }
+    for name, value in got.items():
+        assert returns[name] == type(value).__name__, name

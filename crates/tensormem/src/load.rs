@@ -160,10 +160,14 @@ fn int(v: &Value, key: &str, at: &str) -> Shape<u64> {
         })
 }
 
-fn opt_int(v: &Value, key: &str) -> Option<u64> {
-    v.get(key)
-        .and_then(Value::as_i64)
-        .and_then(|i| u64::try_from(i).ok())
+/// An optional non-negative integer field: `None` when the key is absent or holds `None`; a
+/// value of another type or a negative one is an error naming the field (it used to read as
+/// absent, so a negative size in a hand-built dict replayed as 0).
+fn opt_int(v: &Value, key: &str, at: &str) -> Shape<Option<u64>> {
+    match v.get(key) {
+        None | Some(Value::None) => Ok(None),
+        Some(_) => int(v, key, at).map(Some),
+    }
 }
 
 fn list<'a>(v: &'a Value, at: &str) -> Shape<&'a [Value]> {
@@ -330,29 +334,28 @@ fn segment(
             None => return Err(format!("{bat} has no 'state' key")),
         };
         // Older files give blocks no address: they tile the segment in order.
-        let address = match opt_int(b, "address") {
+        let address = match opt_int(b, "address", &bat)? {
             Some(a) => a,
-            None if b.get("address").is_none() => {
+            None => {
                 notes.blocks_without_address = true;
                 cursor
             }
-            None => int(b, "address", &bat)?,
         };
         let size = int(b, "size", &bat)?;
         cursor = address + size;
         blocks.push(RecordedBlock {
             address,
             size,
-            requested_size: opt_int(b, "requested_size").unwrap_or(0),
+            requested_size: opt_int(b, "requested_size", &bat)?.unwrap_or(0),
             state,
             frames: block_frames(b, cache),
         });
     }
     Ok(RecordedSegment {
-        device: opt_int(s, "device").unwrap_or(0).min(255) as u8,
+        device: opt_int(s, "device", &at)?.unwrap_or(0).min(255) as u8,
         address: seg_address,
         total_size: int(s, "total_size", &at)?,
-        stream: opt_int(s, "stream").unwrap_or(0),
+        stream: opt_int(s, "stream", &at)?.unwrap_or(0),
         is_large,
         is_expandable: s
             .get("is_expandable")
@@ -374,19 +377,19 @@ fn event(
     let action = TraceAction::parse(name)
         .ok_or_else(|| format!("{at}['action'] is '{name}', not a trace action"))?;
     let addr = match action {
-        TraceAction::Oom => opt_int(e, "device_free").unwrap_or(0),
-        TraceAction::Snapshot => opt_int(e, "addr").unwrap_or(0),
+        TraceAction::Oom => opt_int(e, "device_free", at)?.unwrap_or(0),
+        TraceAction::Snapshot => opt_int(e, "addr", at)?.unwrap_or(0),
         _ => int(e, "addr", at)?,
     };
-    let time_us = opt_int(e, "time_us");
+    let time_us = opt_int(e, "time_us", at)?;
     if time_us.is_none() {
         notes.missing_time = true;
     }
     Ok(RecordedEvent {
         action,
         addr,
-        size: opt_int(e, "size").unwrap_or(0),
-        stream: opt_int(e, "stream").unwrap_or(0),
+        size: opt_int(e, "size", at)?.unwrap_or(0),
+        stream: opt_int(e, "stream", at)?.unwrap_or(0),
         time_us,
         frames: cache.stack(e.get("frames")),
         compile_context: e

@@ -52,7 +52,7 @@ fn one_event(pairs: Vec<(&str, Value)>) -> Vec<u8> {
 }
 
 /// Every bad-input case, by name, in the order of the snapshot.
-const BAD_INPUTS: [&str; 30] = [
+const BAD_INPUTS: [&str; 33] = [
     "empty_file",
     "blank_json",
     "truncated_pickle",
@@ -65,6 +65,9 @@ const BAD_INPUTS: [&str; 30] = [
     "segment_missing_blocks",
     "address_is_a_string",
     "negative_size",
+    "negative_event_size",
+    "float_requested_size",
+    "string_time",
     "address_beyond_64_bits",
     "bad_block_state",
     "bad_segment_type",
@@ -150,6 +153,44 @@ fn bad_input(name: &str) -> (&'static str, Input, Vec<&'static str>) {
                 ("total_size", Value::Int(-1)),
                 ("segment_type", Value::str("large")),
                 ("blocks", Value::list(vec![])),
+            ])),
+            vec![],
+        ),
+        // Optional fields too: a negative or non-integer value is an error, not 0.
+        "negative_event_size" => (
+            "negative_event.pickle",
+            Input::File(one_event(vec![
+                ("action", Value::str("alloc")),
+                ("addr", Value::Int(0)),
+                ("size", Value::Int(-512)),
+            ])),
+            vec![],
+        ),
+        "float_requested_size" => (
+            "float_requested.pickle",
+            Input::File(one_segment(vec![
+                ("address", Value::Int(0)),
+                ("total_size", two_mib.clone()),
+                ("segment_type", Value::str("small")),
+                (
+                    "blocks",
+                    Value::list(vec![kv(vec![
+                        ("address", Value::Int(0)),
+                        ("size", two_mib.clone()),
+                        ("requested_size", Value::Float(512.5)),
+                        ("state", Value::str("active_allocated")),
+                    ])]),
+                ),
+            ])),
+            vec![],
+        ),
+        "string_time" => (
+            "string_time.pickle",
+            Input::File(one_event(vec![
+                ("action", Value::str("alloc")),
+                ("addr", Value::Int(0)),
+                ("size", Value::Int(512)),
+                ("time_us", Value::str("soon")),
             ])),
             vec![],
         ),
@@ -308,6 +349,9 @@ fn run_bad_input(dir: &Scratch, name: &str) -> String {
 #[case::segment_missing_blocks("segment_missing_blocks")]
 #[case::address_is_a_string("address_is_a_string")]
 #[case::negative_size("negative_size")]
+#[case::negative_event_size("negative_event_size")]
+#[case::float_requested_size("float_requested_size")]
+#[case::string_time("string_time")]
 #[case::address_beyond_64_bits("address_beyond_64_bits")]
 #[case::bad_block_state("bad_block_state")]
 #[case::bad_segment_type("bad_segment_type")]

@@ -1,14 +1,18 @@
 """Type stubs of the native extension ``tensormem._native`` (re-exported by ``tensormem``).
 
-Every function takes a snapshot as a path, the bytes of a pickle or JSON file, or the dict
-``torch.cuda.memory._snapshot()`` returns, and returns what the command's ``--json`` prints.
-Sizes are bytes (``int``) or text such as ``"40GiB"``. Errors raise ``TensormemError``.
+Every function takes a snapshot as a path, a file object opened for reading, the bytes of a
+pickle or JSON file (``bytes``, ``bytearray``, ``memoryview``), or the dict
+``torch.cuda.memory._snapshot()`` returns, and returns what the command's ``--json`` prints
+(``replay``, ``advise``, ``explain``, ``diff``: as a dict subclass that notebooks display as a
+table). Sizes are bytes (``int``) or text such as ``"40GiB"``. Errors raise ``TensormemError``.
 """
 
 import os
-from typing import Any, Dict, Optional, Union
+from typing import IO, Any, Dict, Optional, Union
 
-Snapshot = Union[str, "os.PathLike[str]", bytes, Dict[str, Any], list]
+from ._result import AdviseResult, DiffResult, ExplainResult, ReplayResult
+
+Snapshot = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, "IO[bytes]", "IO[str]", Dict[str, Any], list]
 Size = Union[int, str]
 Report = Dict[str, Any]
 
@@ -30,7 +34,7 @@ def replay(
     stack: bool = False,
     html: Optional[Union[str, "os.PathLike[str]"]] = None,
     plot: Optional[Union[str, "os.PathLike[str]"]] = None,
-) -> Report:
+) -> ReplayResult:
     """``tensormem replay --json``: parity (default), or the whole job from empty."""
 
 def advise(
@@ -39,13 +43,13 @@ def advise(
     device: Optional[int] = None,
     history_only: bool = False,
     html: Optional[Union[str, "os.PathLike[str]"]] = None,
-) -> Report:
+) -> AdviseResult:
     """``tensormem advise --json``: the settings, best first, each verified by a full replay."""
 
-def diff(a: Snapshot, b: Snapshot, top: int = 10) -> Report:
+def diff(a: Snapshot, b: Snapshot, top: int = 10) -> DiffResult:
     """``tensormem diff --json``: two snapshots side by side, the call sites that changed."""
 
-def explain(snap: Snapshot, top: int = 5) -> Report:
+def explain(snap: Snapshot, top: int = 5) -> ExplainResult:
     """``tensormem explain --json``: the verdict, the failed request, free space, the advice."""
 
 def dump(
@@ -57,5 +61,5 @@ def dump(
 ) -> bytes:
     """``tensormem replay --dump``: our snapshot and history as PyTorch-format pickle bytes."""
 
-def dtr_log(log: Union[str, "os.PathLike[str]", bytes]) -> Dict[str, Any]:
+def dtr_log(log: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, "IO[bytes]", "IO[str]"]) -> Report:
     """A DTR operator log's no-eviction figures, read as ``tensormem dtr`` reads it."""
