@@ -38,7 +38,7 @@ const PY_SCRIPTS: [&str; 2] = [
 /// One GPU-only integration test target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuTest {
-    /// The package name (`c10-cuda`).
+    /// The package name (`c10-cuda-driver`).
     pub krate: String,
     /// The test target (the file stem: `gpu_ipc`).
     pub target: String,
@@ -321,7 +321,7 @@ pub fn gpu_bundle() -> TaskResult {
         "--release",
         "--locked",
         "-p",
-        "c10-cuda",
+        "c10-cuda-driver",
         "--example",
         "cuda-probe",
         "--example",
@@ -478,10 +478,10 @@ mod tests {
             [
                 "aten/gpu",
                 "aten/gpu_pinned_ipc",
-                "c10-cuda/gpu",
-                "c10-cuda/gpu_interop",
-                "c10-cuda/gpu_ipc",
-                "c10-cuda/gpu_pinned",
+                "c10-cuda-driver/gpu",
+                "c10-cuda-driver/gpu_interop",
+                "c10-cuda-driver/gpu_ipc",
+                "c10-cuda-driver/gpu_pinned",
             ]
         );
         // And no other test file of any crate mentions the feature: a GPU test that forgot the

@@ -60,6 +60,12 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let rest = &args[1..];
+    // `cargo xtask <task> --help` prints the usage instead of running the task (a task takes
+    // its own arguments, but none of them is `--help` or `-h`).
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let result = match task.as_str() {
         "ci" => tasks::ci(),
         "msrv" => msrv::msrv(),

@@ -5,7 +5,13 @@ use std::process::Command;
 use crate::steps::{Failure, TaskResult, cargo, root, run, tool_available};
 
 /// Crates whose tests exercise most of the project's `unsafe` code; `valgrind` runs these.
-const UNSAFE_HEAVY: &[&str] = &["c10-core", "c10-cuda", "aten"];
+const UNSAFE_HEAVY: &[&str] = &[
+    "c10-core",
+    "c10-cuda",
+    "c10-cuda-ipc",
+    "c10-host-alloc",
+    "aten",
+];
 
 /// `cargo xtask ci`: everything CI checks, in order, stopping at the first failure.
 pub fn ci() -> TaskResult {
@@ -92,9 +98,9 @@ pub(crate) fn target_dir() -> std::path::PathBuf {
     }
 }
 
-/// CI's check that c10-cuda coexists with any cudarc: `tests/outside-cudarc`, a crate outside the
-/// workspace with cudarc's `cuda-13000` and `dynamic-linking` features, must build (`cargo
-/// check`) beside c10-cuda's default features. Run from outside the workspace so that this
+/// CI's check that c10-cuda's CUDA backend coexists with any cudarc: `tests/outside-cudarc`, a
+/// crate outside the workspace with cudarc's `cuda-13000` and `dynamic-linking` features, must
+/// build (`cargo check`) beside c10-cuda-driver's default features. Run from outside the workspace so that this
 /// workspace's `.cargo/config.toml` (which pins CUDARC_CUDA_VERSION) does not apply, as it would
 /// not for a user.
 fn outside_cudarc() -> TaskResult {
@@ -106,7 +112,7 @@ fn outside_cudarc() -> TaskResult {
         .env("CARGO_TARGET_DIR", target_dir().join("outside-cudarc"))
         .env_remove("CUDARC_CUDA_VERSION");
     run(
-        "outside crate: cudarc cuda-13000 + dynamic-linking beside c10-cuda",
+        "outside crate: cudarc cuda-13000 + dynamic-linking beside c10-cuda-driver",
         check,
     )
 }
@@ -253,7 +259,7 @@ pub fn gpu_test() -> TaskResult {
         "run",
         "--quiet",
         "-p",
-        "c10-cuda",
+        "c10-cuda-driver",
         "--example",
         "cuda-probe",
     ]);

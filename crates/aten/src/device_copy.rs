@@ -7,7 +7,7 @@
 //! * CPU <-> CUDA: c10-cuda's [`CudaDevice::copy_htod`] / [`CudaDevice::copy_dtoh`] (cudarc's
 //!   synchronous `cuMemcpyHtoD_v2` / `cuMemcpyDtoH_v2`) on the device's caching allocator, staged
 //!   through a contiguous host buffer. The first CUDA request probes for a driver and a device
-//!   ([`c10_cuda::cuda::probe`], which never panics) and installs a caching allocator over every
+//!   ([`c10_cuda_driver::probe`], which never panics) and installs a caching allocator over every
 //!   GPU ([`cuda_front`]); without one, [`Error::CudaUnavailable`] says what the probe found.
 //!   A CUDA *destination* must be contiguous; a CUDA source may have any layout (the bytes its
 //!   layout spans are copied, then viewed on the host).
@@ -22,7 +22,7 @@ use std::sync::Arc;
 use c10_core::{Device, DeviceType, Element};
 use c10_cuda::CachingAllocator;
 use c10_cuda::config::AllocatorConfig;
-use c10_cuda::cuda::{CudaDevice, probe};
+use c10_cuda_driver::{CudaDevice, probe};
 use parking_lot::Mutex;
 
 use crate::copy::copy_kernel;

@@ -353,7 +353,7 @@ pub enum Error {
         /// The operation.
         op: &'static str,
         /// What went wrong.
-        source: c10_cuda::ipc::IpcError,
+        source: c10_cuda_ipc::IpcError,
     },
 }
 

@@ -5,7 +5,7 @@
 //! The producer shares the tensor's storage through its caching allocator
 //! ([`c10_cuda::CachingAllocator::share_storage`]: the segment, the block's offset in it, and a
 //! reference counter that keeps the block alive until the consumers are done; see
-//! [`c10_cuda::ipc`] for the rule); the [`IpcTensor`] adds the tensor's geometry (sizes, strides,
+//! [`c10_cuda_ipc`] for the rule); the [`IpcTensor`] adds the tensor's geometry (sizes, strides,
 //! storage offset, dtype) and the storage's size, as `rebuild_cuda_tensor`'s arguments do. The
 //! consumer opens it on a device of its own: a tensor over the shared bytes, whose storage is
 //! not resizable (PyTorch's point 2 of Note [CUDA IPC and the caching allocator]: a resize would
@@ -32,7 +32,7 @@
 use std::str::FromStr;
 
 use c10_core::{DeviceType, ScalarType, Storage};
-use c10_cuda::ipc::{IpcError, IpcHandle};
+use c10_cuda_ipc::{IpcError, IpcFront, IpcHandle};
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -204,7 +204,7 @@ impl Tensor {
     /// Shares this tensor's storage with other processes (PyTorch's `reduce_tensor` for a CUDA
     /// tensor, `storage._share_cuda_()`): the storage's block stays allocated until every
     /// consumer that opened it has dropped it, even if this tensor is dropped first (see
-    /// [`c10_cuda::ipc`]).
+    /// [`c10_cuda_ipc`]).
     ///
     /// # Errors
     /// [`Error::UnsupportedDevice`] for CPU and meta tensors; [`Error::Ipc`] when the block cannot

@@ -1,6 +1,6 @@
 //! Pinned (page-locked) host memory for tensors: PyTorch's `Tensor.pin_memory()` and
 //! `Tensor.is_pinned()` over c10-cuda's pinned host caching allocator
-//! ([`c10_cuda::host_allocator::CachingHostAllocator`], PyTorch's `CachingHostAllocator`), and
+//! ([`c10_host_alloc::host_allocator::CachingHostAllocator`], PyTorch's `CachingHostAllocator`), and
 //! the pinned staging blocks that copies to a device go through.
 //!
 //! There is one host allocator per accelerator, made on first use with the pinned knobs of
@@ -25,8 +25,9 @@ use std::sync::Arc;
 use c10_core::{Allocator, Device, DeviceType, Storage};
 use c10_cuda::config::AllocatorConfig;
 use c10_cuda::device::StreamId;
-use c10_cuda::host_allocator::{CachingHostAllocator, HostAllocatorConfig};
-use c10_cuda::pinned_memory::{CudaPinnedMemory, SimPinnedMemory};
+use c10_cuda_driver::CudaPinnedMemory;
+use c10_host_alloc::host_allocator::{CachingHostAllocator, HostAllocatorConfig};
+use c10_host_alloc::pinned_memory::SimPinnedMemory;
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};

@@ -143,7 +143,7 @@ pub(crate) fn installed_device(index: u8) -> Option<SimDevice> {
 
 /// Whether `[ptr, ptr + len)` lies in live host-backed memory of an installed simulated device
 /// with `device`'s index, or in simulated memory another process shared with this one
-/// ([`c10_cuda::ipc::is_open_host_range`]; such a storage holds the mapping open).
+/// ([`c10_cuda_ipc::is_open_host_range`]; such a storage holds the mapping open).
 pub(crate) fn is_host_range(device: Device, ptr: u64, len: usize) -> bool {
     let index = normalize_device(device).index().unwrap_or(0);
     INSTALLED
@@ -151,5 +151,5 @@ pub(crate) fn is_host_range(device: Device, ptr: u64, len: usize) -> bool {
         .devices
         .iter()
         .any(|d| d.index() == index && d.is_host_range(ptr, len))
-        || c10_cuda::ipc::is_open_host_range(ptr, len)
+        || c10_cuda_ipc::is_open_host_range(ptr, len)
 }

@@ -8,7 +8,7 @@ use aten::{Error, Tensor, TensorOptions};
 use c10_core::{Device, ScalarType};
 
 fn gpu() -> Device {
-    let found = c10_cuda::cuda::probe();
+    let found = c10_cuda_driver::probe();
     assert!(
         found.is_available(),
         "GPU tests need a CUDA device: {found}"

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use aten::ipc::IpcTensor;
 use aten::{Error, Tensor, TensorOptions};
 use c10_core::Device;
-use c10_cuda::ipc::{IpcError, ipc_collect, open_segment_count};
 use c10_cuda::{CachingAllocator, SimDevice};
+use c10_cuda_ipc::{IpcError, ipc_collect, open_segment_count};
 use parking_lot::Mutex;
 
 /// One shareable install per test process (tests run as threads of one process under

@@ -451,7 +451,7 @@ fn sync_copies_need_exact_sizes() -> R {
 
 #[test]
 fn cuda_without_a_gpu_is_a_clear_error() {
-    if c10_cuda::cuda::cuda_available() {
+    if c10_cuda_driver::cuda_available() {
         return; // covered by tests/gpu.rs on machines with a GPU
     }
     let a = Tensor::ones(&[2], TensorOptions::new()).unwrap();

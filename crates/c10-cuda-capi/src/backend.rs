@@ -6,10 +6,10 @@ use std::sync::OnceLock;
 
 use c10_cuda::call_site::HistoryOptions;
 use c10_cuda::config::AllocatorConfig;
-use c10_cuda::cuda::{CudaDevice, probe};
 use c10_cuda::device::{DeviceMemory, DevicePtr, StreamId};
 use c10_cuda::snapshot_pickle::snapshot_pickle;
 use c10_cuda::{CachingAllocator, Result, SimDevice};
+use c10_cuda_driver::{CudaDevice, probe};
 
 /// `TENSORMEM_ALLOC_BACKEND`: `sim` or `cuda` (the default).
 pub const BACKEND_VAR: &str = "TENSORMEM_ALLOC_BACKEND";

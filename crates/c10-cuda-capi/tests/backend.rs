@@ -2,8 +2,8 @@
 //! `TENSORMEM_SIM_MEMORY`, `TENSORMEM_SIM_DEVICES`, `PYTORCH_CUDA_ALLOC_CONF`), and the
 //! messages when it cannot start.
 
-use c10_cuda::cuda::probe;
 use c10_cuda::device::StreamId;
+use c10_cuda_driver::probe;
 use rstest::rstest;
 use tensormem_alloc::backend::{Front, from_env, parse_size};
 

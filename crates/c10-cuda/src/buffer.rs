@@ -10,7 +10,7 @@
 //! those streams at free time has finished.
 //!
 //! This file is backend-independent (the tests use [`crate::SimDevice`]); on a real GPU
-//! [`crate::cuda`] adds borrowed views that cudarc's kernel launches and copies accept.
+//! `c10-cuda-driver` adds borrowed views that cudarc's kernel launches and copies accept.
 
 use std::fmt;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! reserve more than a budget (a device-memory budget enforced by the device, as a smaller GPU
 //! would).
 //!
-//! It wraps a [`DeviceMemory`] (a [`crate::cuda::CudaDevice`] on a real GPU, or a
+//! It wraps a [`DeviceMemory`] (a `c10_cuda_driver::CudaDevice` on a real GPU, or a
 //! [`crate::SimDevice`]) and refuses `malloc` and `map` with [`DeviceError::OutOfMemory`] once
 //! the bytes it holds would pass the limit; `mem_get_info` reports the limit as the total. The
 //! allocator then takes its usual out-of-memory path (release the cache, retry, or report a

@@ -2,7 +2,7 @@
 //!
 //! The allocator never touches a device itself: everything it needs from CUDA goes through
 //! [`DeviceMemory`]. Two implementations exist: [`crate::sim::SimDevice`] (a simulated device for
-//! tests and trace replay) and [`crate::cuda::CudaDevice`] (cudarc's driver API on a real GPU).
+//! tests and trace replay) and `c10_cuda_driver::CudaDevice` (cudarc's driver API on a real GPU).
 //! This is the shape cubecl uses for its pools (a storage trait tested on the host).
 //!
 //! The trait is object safe (every method takes `&self`, none is generic or returns `Self`),
@@ -20,7 +20,7 @@ pub type DevicePtr = u64;
 ///
 /// The value is opaque to the allocator: it only compares streams for equality and ordering
 /// (the best-fit key is `(stream, size, address)`). [`StreamId::DEFAULT`] (0) is CUDA's legacy
-/// default stream. On [`crate::cuda::CudaDevice`] the value is the raw `CUstream` pointer.
+/// default stream. On `c10_cuda_driver::CudaDevice` the value is the raw `CUstream` pointer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct StreamId(pub u64);
 

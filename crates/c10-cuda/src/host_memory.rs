@@ -1,11 +1,23 @@
 //! Host memory behind a host-backed simulated device: aligned segments and reserved address
 //! ranges whose pages are committed on demand; private heap memory, or shareable memfd regions
-//! (`crate::shared_memory`) that another process can map (the device's IPC).
+//! ([`crate::shared_memory`]) that another process can map (the device's IPC, in `c10-cuda-ipc`).
 
 use std::alloc::Layout;
 
+use crate::sim::SharedRegionInfo;
+
 #[cfg(target_os = "linux")]
-use crate::shared_memory::SharedRegion;
+use crate::shared_memory::{SIM_RESERVATION_KIND, SIM_SEGMENT_KIND, SharedRegion};
+
+/// What another process needs to know of `region`.
+#[cfg(target_os = "linux")]
+fn region_info(region: &SharedRegion) -> SharedRegionInfo {
+    SharedRegionInfo {
+        fd: region.raw_fd(),
+        nonce: region.nonce(),
+        size: region.size(),
+    }
+}
 
 /// Alignment of host-backed segments, in bytes (CUDA guarantees at least 256; PyTorch's
 /// blocks are multiples of 512; we use a page).
@@ -52,7 +64,7 @@ impl HostAllocation {
     #[cfg(target_os = "linux")]
     pub(crate) fn new_shared(size: usize) -> Option<Self> {
         let layout = Layout::from_size_align(size, SEGMENT_ALIGN).ok()?;
-        let region = SharedRegion::create("sim-segment", size, true).ok()?;
+        let region = SharedRegion::create(SIM_SEGMENT_KIND, size, true).ok()?;
         Some(HostAllocation {
             ptr: region.addr() as *mut u8,
             layout,
@@ -71,10 +83,12 @@ impl HostAllocation {
         self.ptr as u64
     }
 
-    /// The memfd region behind a shareable segment.
-    #[cfg(target_os = "linux")]
-    pub(crate) fn shared(&self) -> Option<&SharedRegion> {
-        self.shared.as_ref()
+    /// The memfd region behind a shareable segment (`None` for heap memory, and off Linux).
+    pub(crate) fn shared_info(&self) -> Option<SharedRegionInfo> {
+        #[cfg(target_os = "linux")]
+        return self.shared.as_ref().map(region_info);
+        #[cfg(not(target_os = "linux"))]
+        None
     }
 }
 
@@ -140,7 +154,7 @@ impl HostReservation {
     /// memory only once committed and written.
     #[cfg(target_os = "linux")]
     pub(crate) fn new_shared(size: usize) -> Option<Self> {
-        let region = SharedRegion::create("sim-reservation", size, false).ok()?;
+        let region = SharedRegion::create(SIM_RESERVATION_KIND, size, false).ok()?;
         Some(HostReservation {
             ptr: region.addr() as *mut u8,
             size,
@@ -154,10 +168,12 @@ impl HostReservation {
         None
     }
 
-    /// The memfd region behind a shareable reservation.
-    #[cfg(target_os = "linux")]
-    pub(crate) fn shared(&self) -> Option<&SharedRegion> {
-        self.shared.as_ref()
+    /// The memfd region behind a shareable reservation (`None` for heap memory, and off Linux).
+    pub(crate) fn shared_info(&self) -> Option<SharedRegionInfo> {
+        #[cfg(target_os = "linux")]
+        return self.shared.as_ref().map(region_info);
+        #[cfg(not(target_os = "linux"))]
+        None
     }
 
     /// The start address as a device address.

@@ -9,20 +9,25 @@
 //! (`max_split_size`), the out-of-memory retry chain, `record_stream` with events, `empty_cache`,
 //! garbage collection under a memory fraction, expandable segments, and private memory pools
 //! ([`private_pool`]: `torch.cuda.MemPool`, `beginAllocateToPool`). It never touches a
-//! device itself: everything goes through [`device::DeviceMemory`], implemented by
-//! [`sim::SimDevice`] (simulated, address-only or host-backed) and `cuda::CudaDevice`
-//! (cudarc's driver API; feature `cuda`, on by default, which forces no CUDA version and no
-//! linking mode on cudarc: see the crate's Cargo.toml). [`DeviceBuffer`] is the RAII handle of
-//! one block, which cudarc's launches and copies take through `cuda::BufferView`.
+//! device itself: everything goes through [`device::DeviceMemory`], implemented here by
+//! [`sim::SimDevice`] (simulated, address-only or host-backed). [`DeviceBuffer`] is the RAII
+//! handle of one block.
 //!
 //! Around it: [`CachingAllocator`], the thread-safe multi-device front with free-memory
 //! callbacks, out-of-memory observers and trace trackers ([`observer`]) and c10-core's
 //! `Allocator`; [`config::AllocatorConfig`] (PYTORCH_CUDA_ALLOC_CONF);
 //! [`stats::DeviceStats`] with `memory_stats()`'s keys (123 under torch 2.15's rules, 122 under 2.7's); [`summary::memory_summary`];
 //! [`snapshot`] and [`history`] in PyTorch's snapshot format, with the call sites of
-//! allocations and frees ([`call_site`]); [`oom::OutOfMemoryError`]; [`ipc`], sharing blocks
-//! with other processes (PyTorch's `shareIpcHandle` / `getIpcDevPtr`); and
-//! [`host_allocator`], PyTorch's pinned host caching allocator over [`pinned_memory`] backends.
+//! allocations and frees ([`call_site`]); [`oom::OutOfMemoryError`].
+//!
+//! This crate has no CUDA dependency. The rest of PyTorch's CUDA memory layer lives in crates
+//! above it:
+//!
+//! | crate | what |
+//! |---|---|
+//! | `c10-cuda-driver` | `CudaDevice` on cudarc's driver API, the runtime probe, cudarc interop views of a [`DeviceBuffer`], `CudaPinnedMemory`, the CUDA IPC backend (the only crate that names cudarc) |
+//! | `c10-cuda-ipc` | sharing blocks with other processes (PyTorch's `shareIpcHandle` / `getIpcDevPtr`, the reference counters, `ipc_collect`), the simulated device's IPC backend; it uses [`share_range`] and [`shared_memory`] from here |
+//! | `c10-host-alloc` | PyTorch's pinned host caching allocator and its backends' trait, with the simulated backend |
 //!
 //! For owners that make room themselves (a rematerializing runtime under a device-memory
 //! budget): [`CappedDevice`] limits any device to a number of bytes;
@@ -56,8 +61,6 @@ pub mod buffer;
 pub mod call_site;
 pub mod capped;
 pub mod config;
-#[cfg(feature = "cuda")]
-pub mod cuda;
 pub mod device;
 pub mod error;
 mod expandable;
@@ -65,16 +68,12 @@ mod free_index;
 pub mod front;
 mod hash_order;
 pub mod history;
-pub mod host_allocator;
 mod host_memory;
 pub mod import;
 mod invariants;
-pub mod ipc;
-mod ipc_refcount;
 pub mod mem_pool;
 pub mod observer;
 pub mod oom;
-pub mod pinned_memory;
 pub mod placement;
 pub mod private_pool;
 mod ptr_map;
@@ -83,8 +82,9 @@ mod release;
 pub mod room;
 pub mod rules;
 pub mod segment_view;
+pub mod share_range;
 #[cfg(target_os = "linux")]
-mod shared_memory;
+pub mod shared_memory;
 pub mod sim;
 pub mod sizes;
 pub mod snapshot;
@@ -108,5 +108,6 @@ pub use private_pool::{MempoolId, PoolError, PoolInfo, StreamFilter};
 pub use room::{RoomCost, RoomKind, RoomOptions, RoomPlan};
 pub use rules::{Fixes, Rules, TorchVersion};
 pub use segment_view::{BlockState, BlockView, Pool, SegmentView};
+pub use share_range::ShareRange;
 pub use sim::{SimDevice, SimMode};
 pub use try_malloc::{MallocOutcome, Miss, Request};

@@ -10,7 +10,8 @@
 //!
 //! A host-backed device made [`SimDevice::with_shareable_memory`] puts its segments and
 //! reserved ranges in `memfd_create` regions instead of the heap, so another process can map
-//! the same bytes: what its IPC handles (`crate::ipc`) name.
+//! the same bytes: what its IPC handles (crate `c10-cuda-ipc`) name; [`SimDevice::shared_region`]
+//! tells that crate which region backs a segment.
 //!
 //! Streams and events are simulated: an event recorded on a stream stays pending until the
 //! test completes it ([`SimDevice::complete_stream`], [`SimDevice::complete_all`]) or someone
@@ -25,8 +26,39 @@ use crate::address_space::AddressSpace;
 use crate::device::{DeviceError, DeviceMemory, DevicePtr, EventId, MemInfo, StreamId};
 use crate::host_memory::{HostAllocation, HostReservation};
 
-#[cfg(target_os = "linux")]
-mod ipc;
+/// Which host memory of a host-backed device [`SimDevice::shared_region`] looks up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HostRegion {
+    /// A segment (`malloc`): the region is the whole segment.
+    Segment,
+    /// An expandable segment's reserved address range: the region covers the reservation.
+    Reservation,
+}
+
+/// The shareable memfd region behind a host-backed segment or reservation, as another process
+/// needs it: this process's descriptor number, the nonce in the region's memfd name
+/// (`tensormem:<kind>:<nonce>`, see [`crate::shared_memory`]) and its size in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SharedRegionInfo {
+    /// The region's descriptor in this process (open while the memory lives).
+    pub fd: i32,
+    /// The nonce in its memfd name.
+    pub nonce: u64,
+    /// Bytes of the region.
+    pub size: usize,
+}
+
+/// What [`SimDevice::shared_region`] found at an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedLookup {
+    /// The region behind the memory.
+    Found(SharedRegionInfo),
+    /// No host-backed segment (or reservation) starts there.
+    Unknown,
+    /// The memory was allocated while the device was not
+    /// [`SimDevice::with_shareable_memory`] (or off Linux): it is on the heap, not in a region.
+    NotShareable,
+}
 
 /// How a [`SimDevice`] backs its memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,7 +192,7 @@ impl SimDevice {
 
     /// Puts host-backed memory allocated from now on in shareable `memfd_create` regions (Linux
     /// only), builder style, so that IPC handles of its blocks can be opened by another process
-    /// (`crate::ipc`). Each live segment then holds one open file descriptor. Has no effect on
+    /// (crate `c10-cuda-ipc`). Each live segment then holds one open file descriptor. Has no effect on
     /// an address-only device or off Linux ([`SimDevice::is_shareable`] says which).
     pub fn with_shareable_memory(self, on: bool) -> Self {
         self.state.lock().shareable =
@@ -177,6 +209,24 @@ impl SimDevice {
     /// The mode.
     pub fn mode(&self) -> SimMode {
         self.mode
+    }
+    /// The shareable memfd region behind the host-backed segment (or expandable reservation)
+    /// that starts at `base`: what an IPC handle of its blocks carries (`c10-cuda-ipc` exports
+    /// it; another process reopens the region through `/proc/<pid>/fd/<fd>`).
+    pub fn shared_region(&self, kind: HostRegion, base: DevicePtr) -> SharedLookup {
+        let s = self.state.lock();
+        let region = match kind {
+            HostRegion::Segment => s.host_segments.get(&base).map(HostAllocation::shared_info),
+            HostRegion::Reservation => s
+                .host_reservations
+                .get(&base)
+                .map(HostReservation::shared_info),
+        };
+        match region {
+            None => SharedLookup::Unknown,
+            Some(None) => SharedLookup::NotShareable,
+            Some(Some(region)) => SharedLookup::Found(region),
+        }
     }
 
     /// Bytes of device memory in total.

@@ -1,13 +1,14 @@
 //! A user's crate on cudarc with CUDA 13.0 bindings and dynamic linking, using c10-cuda's
-//! caching allocator for its buffers and launching its own kernel on one: it only has to build
-//! (`cargo xtask ci` checks it; nothing here runs without a GPU).
+//! caching allocator (on c10-cuda-driver's `CudaDevice`) for its buffers and launching its own
+//! kernel on one: it only has to build (`cargo xtask ci` checks it; nothing here runs without a
+//! GPU).
 
 use std::sync::Arc;
 
 use c10_cuda::config::AllocatorConfig;
-use c10_cuda::cuda::CudaDevice;
 use c10_cuda::device::StreamId;
 use c10_cuda::{CachingAllocator, DeviceBuffer};
+use c10_cuda_driver::{CudaBufferViews, CudaDevice};
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
 /// Fills `n` floats of a fresh block with `value` by launching `fill(float *y, float v,

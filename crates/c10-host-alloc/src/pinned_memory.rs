@@ -4,7 +4,7 @@
 //!
 //! | backend | memory | `pinned_use_cuda_host_register` | events |
 //! |---|---|---|---|
-//! | [`crate::cuda::CudaPinnedMemory`] (feature `cuda`) | `cuMemHostAlloc` / `cuMemFreeHost` | page-aligned heap memory, pages pre-faulted by `pinned_num_register_threads` threads, `cuMemHostRegister` / `cuMemHostUnregister` | the device's CUDA events |
+//! | `c10_cuda_driver::CudaPinnedMemory` (crate `c10-cuda-driver`) | `cuMemHostAlloc` / `cuMemFreeHost` | page-aligned heap memory, pages pre-faulted by `pinned_num_register_threads` threads, `cuMemHostRegister` / `cuMemHostUnregister` | the device's CUDA events |
 //! | [`SimPinnedMemory`] | page-aligned zeroed heap memory, optionally `mlock`ed | the same, pages pre-faulted by the register threads first | the simulated device's events |
 
 use std::alloc::Layout;
@@ -13,11 +13,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::device::{DeviceError, DeviceMemory, EventId, StreamId};
-use crate::sim::SimDevice;
-
-#[cfg(feature = "cuda")]
-pub use crate::cuda::CudaPinnedMemory;
+use c10_cuda::SimDevice;
+use c10_cuda::device::{DeviceError, DeviceMemory, EventId, StreamId};
 
 /// Bytes per host page the register path pre-faults (PyTorch's `mapPagesForRegister` uses 4 KiB).
 pub const PREFAULT_PAGE: usize = 4096;
@@ -70,7 +67,7 @@ pub trait PinnedMemory: Send + Sync {
 ///
 /// # Safety
 /// `[ptr, ptr + size)` must be writable memory that nothing else uses during the call.
-pub(crate) unsafe fn prefault(ptr: usize, size: usize, threads: usize) {
+pub unsafe fn prefault(ptr: usize, size: usize, threads: usize) {
     if threads <= 1 || size < PREFAULT_PAGE * threads {
         // SAFETY: guaranteed by the caller.
         unsafe { std::ptr::write_bytes(ptr as *mut u8, 0, size) };

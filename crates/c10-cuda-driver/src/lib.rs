@@ -1,4 +1,10 @@
-//! The CUDA backend of [`crate::device::DeviceMemory`] on cudarc, and the runtime GPU probe.
+//! The CUDA backend of c10-cuda's caching allocator ([`c10_cuda::device::DeviceMemory`]) on
+//! cudarc's driver API, and the runtime GPU probe; with it the other CUDA-only parts: the cudarc
+//! interop views of a [`DeviceBuffer`](c10_cuda::DeviceBuffer) ([`CudaBufferViews`]), the pinned
+//! host memory backend of `c10-host-alloc` ([`CudaPinnedMemory`]) and the CUDA backend of
+//! `c10-cuda-ipc` (`cuIpc*MemHandle`, exported expandable pages). This is the only crate of the
+//! workspace that names cudarc (`cargo tree -p c10-cuda` has none); until the split these were
+//! `c10_cuda::cuda::*` and `c10_cuda::pinned_memory::CudaPinnedMemory`.
 //!
 //! cudarc loads `libcuda` at run time (its `dynamic-loading` feature), so this crate builds on
 //! machines with no CUDA toolkit and no driver. The price is that any driver call made while the
@@ -19,13 +25,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError, result, sys};
 use parking_lot::Mutex;
 
-use crate::device::{DeviceError, DeviceMemory, DevicePtr, EventId, MemInfo, StreamId};
+use c10_cuda::device::{DeviceError, DeviceMemory, DevicePtr, EventId, MemInfo, StreamId};
 
 mod interop;
 mod ipc;
 mod pinned;
 
-pub use interop::{BufferView, BufferViewMut};
+pub use interop::{BufferView, BufferViewMut, CudaBufferViews};
 pub use pinned::CudaPinnedMemory;
 
 /// What [`probe`] found: whether a CUDA driver and at least one device are usable.
@@ -488,7 +494,7 @@ impl CudaDevice {
     }
 
     /// Makes a cudarc stream of this device's context known to it, so that blocks can be
-    /// allocated for it and recorded on it ([`crate::CachingAllocator::record_stream`]), and
+    /// allocated for it and recorded on it ([`c10_cuda::CachingAllocator::record_stream`]), and
     /// returns its id (the raw `CUstream`). The device keeps the `Arc` until
     /// [`CudaDevice::destroy_stream`] (or its own drop), so the id stays valid meanwhile.
     /// Registering a stream twice, or the legacy default stream, returns the same id.
@@ -566,8 +572,8 @@ impl CudaDevice {
             return Ok(f());
         }
         drop(vmm);
-        // Memory of another process opened here (`crate::ipc`), kept open meanwhile.
-        if let Some(r) = crate::ipc::with_open_range(ptr, len, f) {
+        // Memory of another process opened here (`c10-cuda-ipc`), kept open meanwhile.
+        if let Some(r) = c10_cuda_ipc::with_open_range(ptr, len, f) {
             return Ok(r);
         }
         Err(DeviceError::Invalid {
@@ -911,7 +917,7 @@ impl DeviceMemory for CudaDevice {
             });
         }
         let device = self.ctx.cu_device();
-        // `cuMemCreate`, exportable to other processes where the device allows (`crate::ipc`).
+        // `cuMemCreate`, exportable to other processes where the device allows (`c10-cuda-ipc`).
         let handle =
             ipc::mem_create(&self.ctx, size).map_err(alloc_failure("cuMemCreate", size))?;
         // SAFETY: `[ptr, ptr + size)` lies in a reservation of this context with nothing mapped in

@@ -6,8 +6,8 @@
 
 use std::process::ExitCode;
 
-use c10_cuda::cuda::{CudaDevice, Probe, probe};
 use c10_cuda::device::DeviceMemory;
+use c10_cuda_driver::{CudaDevice, Probe, probe};
 
 const GIB: f64 = (1u64 << 30) as f64;
 

@@ -14,7 +14,8 @@
 //! by the alloc bench's trace reader, so this bench replays exactly the calls of the CPU bench.
 
 #[allow(dead_code)]
-#[path = "../../benches/alloc/trace.rs"]
+// The alloc bench's trace reader, shared with c10-cuda's CPU bench.
+#[path = "../../../c10-cuda/benches/alloc/trace.rs"]
 mod trace;
 
 mod backends;

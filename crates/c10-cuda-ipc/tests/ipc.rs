@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use c10_core::{Allocator, DataPtr, Storage};
 use c10_cuda::config::AllocatorConfig;
-use c10_cuda::ipc::{
-    self, IpcError, IpcHandle, RefCounterHandle, SegmentHandle, SimRegion, ipc_collect,
-    open_segment_count,
-};
 use c10_cuda::{CachingAllocator, SimDevice};
+use c10_cuda_ipc::{
+    self as ipc, IpcError, IpcFront, IpcHandle, RefCounterHandle, SegmentHandle, SimRegion,
+    ipc_collect, open_segment_count,
+};
 use parking_lot::Mutex;
 use rstest::rstest;
 

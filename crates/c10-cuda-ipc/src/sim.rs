@@ -1,9 +1,11 @@
 //! The simulated device's IPC backend: handles of host-backed segments (and of the pages of
 //! expandable reservations) that live in shareable `memfd_create` regions, and their opening
-//! in another process (see `crate::shared_memory` for how the region is found and checked).
+//! in another process (see the `remote` module for how the region is found and checked).
 
-use super::{SimDevice, SimMode};
-use crate::ipc::{IpcError, IpcMemory, OpenedMemory, SegmentHandle, ShareRange, SimRegion};
+use c10_cuda::sim::{HostRegion, SharedLookup, SharedRegionInfo};
+use c10_cuda::{SimDevice, SimMode};
+
+use crate::{IpcError, IpcMemory, OpenedMemory, SegmentHandle, ShareRange, SimRegion};
 
 impl IpcMemory for SimDevice {
     /// The memfd region behind `range` (the whole segment, or the reservation's pages covering
@@ -14,35 +16,34 @@ impl IpcMemory for SimDevice {
     /// device was not [`SimDevice::with_shareable_memory`]; [`IpcError::UnknownPointer`] when the
     /// range is not memory of this device.
     fn export_ipc(&self, range: &ShareRange) -> Result<SegmentHandle, IpcError> {
-        if self.mode != SimMode::HostBacked {
+        if self.mode() != SimMode::HostBacked {
             return Err(IpcError::Unsupported(
                 "an address-only simulated device has no bytes to share".into(),
             ));
         }
-        let not_shareable = || {
-            IpcError::Unsupported(
-                "this memory is not in a shareable region: make the host-backed device \
-                 with_shareable_memory(true) before allocating it"
-                    .into(),
-            )
+        let region = |kind: HostRegion, base: u64| -> Result<SharedRegionInfo, IpcError> {
+            match self.shared_region(kind, base) {
+                SharedLookup::Found(region) => Ok(region),
+                SharedLookup::Unknown => Err(IpcError::UnknownPointer { ptr: base }),
+                SharedLookup::NotShareable => Err(IpcError::Unsupported(
+                    "this memory is not in a shareable region: make the host-backed device \
+                     with_shareable_memory(true) before allocating it"
+                        .into(),
+                )),
+            }
         };
-        let s = self.state.lock();
         let pid = std::process::id();
         match *range {
             ShareRange::Segment { base, size } => {
-                let alloc = s
-                    .host_segments
-                    .get(&base)
-                    .ok_or(IpcError::UnknownPointer { ptr: base })?;
-                let region = alloc.shared().ok_or_else(not_shareable)?;
-                if region.size() != size {
+                let region = region(HostRegion::Segment, base)?;
+                if region.size != size {
                     return Err(IpcError::UnknownPointer { ptr: base });
                 }
                 Ok(SegmentHandle::Sim {
                     region: SimRegion::Segment,
                     pid,
-                    fd: region.raw_fd(),
-                    nonce: region.nonce(),
+                    fd: region.fd,
+                    nonce: region.nonce,
                     region_size: size as u64,
                     map_offset: 0,
                     map_size: size as u64,
@@ -55,13 +56,9 @@ impl IpcMemory for SimDevice {
                 len,
                 ..
             } => {
-                let r = s
-                    .host_reservations
-                    .get(&reservation)
-                    .ok_or(IpcError::UnknownPointer { ptr: reservation })?;
-                let region = r.shared().ok_or_else(not_shareable)?;
+                let region = region(HostRegion::Reservation, reservation)?;
                 let end = begin + len as u64;
-                if region.size() != reservation_size
+                if region.size != reservation_size
                     || begin < reservation
                     || end > reservation + reservation_size as u64
                 {
@@ -70,8 +67,8 @@ impl IpcMemory for SimDevice {
                 Ok(SegmentHandle::Sim {
                     region: SimRegion::Reservation,
                     pid,
-                    fd: region.raw_fd(),
-                    nonce: region.nonce(),
+                    fd: region.fd,
+                    nonce: region.nonce,
                     region_size: reservation_size as u64,
                     map_offset: begin - reservation,
                     map_size: len as u64,
@@ -100,7 +97,7 @@ impl IpcMemory for SimDevice {
                 "a simulated device cannot open CUDA memory".into(),
             ));
         };
-        let mapping = crate::shared_memory::open_remote(
+        let mapping = crate::remote::open_remote(
             region.kind(),
             pid,
             fd,
@@ -109,7 +106,7 @@ impl IpcMemory for SimDevice {
             map_offset,
             map_size,
         )
-        .map_err(crate::ipc::remote_error)?;
+        .map_err(crate::remote_error)?;
         Ok(OpenedMemory {
             base: mapping.addr(),
             len: mapping.len(),

@@ -45,10 +45,11 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use thiserror::Error;
 
-use crate::config::AllocatorConfig;
-use crate::device::{DeviceError, EventId, StreamId};
+use c10_cuda::config::AllocatorConfig;
+use c10_cuda::device::{DeviceError, EventId, StreamId};
+use c10_cuda::stats::Stat;
+
 use crate::pinned_memory::PinnedMemory;
-use crate::stats::Stat;
 
 /// Size classes (PyTorch's `MAX_SIZE_INDEX`): bucket `i` holds blocks of `2^(i-1) + 1 ..= 2^i`
 /// bytes.

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use c10_cuda::CachingAllocator;
 use c10_cuda::config::AllocatorConfig;
-use c10_cuda::cuda::{CudaDevice, probe};
 use c10_cuda::device::DeviceMemory;
-use c10_cuda::host_allocator::{CachingHostAllocator, HostAllocatorConfig};
-use c10_cuda::pinned_memory::CudaPinnedMemory;
+use c10_cuda_driver::CudaPinnedMemory;
+use c10_cuda_driver::{CudaDevice, probe};
+use c10_host_alloc::host_allocator::{CachingHostAllocator, HostAllocatorConfig};
 
 const MIB: usize = 1 << 20;
 

@@ -1,7 +1,7 @@
 //! The reference counters that keep a shared block alive while other processes use it:
 //! PyTorch's `CudaIPCRefCountersFile` (a shared-memory file of 10 000 counters),
 //! `CudaIPCSentData` (one counter per share), `CudaIPCSentDataLimbo` and `CudaIPCCollect`
-//! (`torch.cuda.ipc_collect()`). The rule is in the [`crate::ipc`] module docs.
+//! (`torch.cuda.ipc_collect()`). The rule is in the [crate docs](crate).
 //!
 //! A counter is one `u64` slot of a `memfd_create` region that the producer maps and each
 //! consumer maps too (found through `/proc/<pid>/fd/<fd>`, as segments are); both sides only
@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 use c10_core::Storage;
 use parking_lot::Mutex;
 
-use crate::ipc::{IpcError, Reader};
+use crate::{IpcError, Reader};
 
 /// Counters per file (PyTorch's `CUDA_IPC_REF_COUNTER_FILE_SIZE`).
 pub const REF_COUNTER_FILE_SLOTS: u64 = 10_000;
@@ -88,7 +88,7 @@ unsafe fn counter_at<'a>(base: u64, slot: u64) -> &'a AtomicU64 {
 /// One counter file of this process (PyTorch's `CudaIPCRefCountersFile`).
 #[cfg(target_os = "linux")]
 struct CounterFile {
-    region: crate::shared_memory::SharedRegion,
+    region: c10_cuda::shared_memory::SharedRegion,
 }
 
 #[cfg(target_os = "linux")]
@@ -142,7 +142,7 @@ pub(crate) fn share(storage: Storage) -> Result<RefCounterHandle, IpcError> {
     let file = match &producer.current {
         Some(file) => Arc::clone(file),
         None => {
-            let region = crate::shared_memory::SharedRegion::create(KIND, FILE_BYTES, true)
+            let region = c10_cuda::shared_memory::SharedRegion::create(KIND, FILE_BYTES, true)
                 .map_err(|e| IpcError::Os {
                     call: "memfd_create (reference counter file)",
                     message: e.to_string(),
@@ -207,7 +207,7 @@ pub fn shared_block_count() -> usize {
 #[cfg(target_os = "linux")]
 struct RemoteCounterFile {
     key: (u32, i32, u64),
-    mapping: crate::shared_memory::RemoteMapping,
+    mapping: crate::remote::RemoteMapping,
 }
 
 /// Counter files mapped in this process, by `(pid, fd, nonce)`, held weakly.
@@ -254,7 +254,7 @@ impl CounterRef {
             match remote.get(&handle.key()).and_then(Weak::upgrade) {
                 Some(file) => file,
                 None => {
-                    let mapping = crate::shared_memory::open_remote(
+                    let mapping = crate::remote::open_remote(
                         KIND,
                         handle.pid,
                         handle.fd,
@@ -263,7 +263,7 @@ impl CounterRef {
                         0,
                         FILE_BYTES as u64,
                     )
-                    .map_err(crate::ipc::remote_error)?;
+                    .map_err(crate::remote_error)?;
                     let file = Arc::new(RemoteCounterFile {
                         key: handle.key(),
                         mapping,

@@ -21,8 +21,8 @@ use cudarc::driver::{CudaContext, DriverError, sys};
 use parking_lot::Mutex;
 
 use super::{CudaDevice, describe, device_location, driver};
-use crate::device::DevicePtr;
-use crate::ipc::{
+use c10_cuda::device::DevicePtr;
+use c10_cuda_ipc::{
     CUDA_IPC_HANDLE_SIZE, IpcError, IpcMemory, OpenedMemory, SegmentHandle, ShareRange,
 };
 

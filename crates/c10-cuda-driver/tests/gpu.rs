@@ -5,8 +5,8 @@
 //! fail loudly instead of passing by skipping.
 #![cfg(feature = "gpu-tests")]
 
-use c10_cuda::cuda::{CudaDevice, probe};
 use c10_cuda::device::{DeviceError, DeviceMemory, StreamId};
+use c10_cuda_driver::{CudaDevice, probe};
 
 const MIB: usize = 1 << 20;
 const GIB: usize = 1 << 30;

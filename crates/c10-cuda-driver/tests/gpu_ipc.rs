@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use c10_cuda::CachingAllocator;
 use c10_cuda::config::AllocatorConfig;
-use c10_cuda::cuda::{CudaDevice, probe};
 use c10_cuda::device::DevicePtr;
-use c10_cuda::ipc::{IpcError, IpcHandle, SegmentHandle, open_segment_count};
+use c10_cuda_driver::{CudaDevice, probe};
+use c10_cuda_ipc::{IpcError, IpcFront, IpcHandle, SegmentHandle, open_segment_count};
 
 const MIB: usize = 1 << 20;
 const ROLE: &str = "TENSORMEM_GPU_IPC_ROLE";

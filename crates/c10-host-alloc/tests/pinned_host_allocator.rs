@@ -12,10 +12,10 @@ use c10_core::{Allocator, Storage};
 use c10_cuda::SimDevice;
 use c10_cuda::config::AllocatorConfig;
 use c10_cuda::device::StreamId;
-use c10_cuda::host_allocator::{
+use c10_host_alloc::host_allocator::{
     CachingHostAllocator, HostAllocatorConfig, HostAllocatorError, power_of_two_ceil, size_index,
 };
-use c10_cuda::pinned_memory::SimPinnedMemory;
+use c10_host_alloc::pinned_memory::SimPinnedMemory;
 use proptest::prelude::*;
 use rstest::rstest;
 

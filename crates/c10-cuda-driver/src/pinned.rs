@@ -8,9 +8,9 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::CudaDevice;
-use crate::CachingAllocator;
-use crate::device::{DeviceError, DeviceMemory, EventId, StreamId};
-use crate::pinned_memory::{PREFAULT_PAGE, PinnedMemory, prefault};
+use c10_cuda::CachingAllocator;
+use c10_cuda::device::{DeviceError, DeviceMemory, EventId, StreamId};
+use c10_host_alloc::pinned_memory::{PREFAULT_PAGE, PinnedMemory, prefault};
 
 /// Pinned memory of the CUDA driver (`cuMemHostAlloc`, `cuMemHostRegister`), with events of one
 /// device of a CUDA caching allocator front (streams are that device's).

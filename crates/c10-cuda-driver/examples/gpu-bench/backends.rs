@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use c10_cuda::config::AllocatorConfig;
-use c10_cuda::cuda::{CudaDevice, Probe, probe};
 use c10_cuda::device::StreamId;
 use c10_cuda::stats::StatType;
 use c10_cuda::{CachingAllocator, DeviceCachingAllocator, SimDevice};
+use c10_cuda_driver::{CudaDevice, Probe, probe};
 use cudarc::driver::{CudaContext, CudaStream, result, sys};
 
 use crate::ops::{Op, Trace};

@@ -1,8 +1,8 @@
 //! The CUDA probe and `CudaDevice::new` on any machine: with no driver, no device or a GPU they
 //! must answer without panicking, and consistently with each other.
 
-use c10_cuda::cuda::{CudaDevice, Probe, cuda_available, probe};
 use c10_cuda::device::{DeviceError, DeviceMemory};
+use c10_cuda_driver::{CudaDevice, Probe, cuda_available, probe};
 
 #[test]
 fn probe_never_panics_and_agrees_with_cuda_available() {

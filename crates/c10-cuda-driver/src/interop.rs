@@ -23,15 +23,16 @@ use cudarc::driver::{
     SyncOnDrop, sys,
 };
 
+use c10_cuda::DeviceBuffer;
+use c10_cuda::device::{DeviceError, StreamId};
+use c10_cuda::{Error, Result};
+
 use super::{CudaDevice, driver, handle_id};
-use crate::buffer::DeviceBuffer;
-use crate::device::{DeviceError, StreamId};
-use crate::error::{Error, Result};
 
 /// A shared, typed view of a whole [`DeviceBuffer`] on a cudarc stream: `size / size_of::<T>()`
 /// elements of `T` (trailing bytes that do not make a whole element are not part of it).
 ///
-/// Made by [`DeviceBuffer::view`]; it borrows the buffer, so the block cannot be freed while the
+/// Made by [`CudaBufferViews::view`]; it borrows the buffer, so the block cannot be freed while the
 /// view exists.
 #[derive(Debug)]
 pub struct BufferView<'a, T> {
@@ -42,7 +43,7 @@ pub struct BufferView<'a, T> {
 }
 
 /// An exclusive, typed view of a whole [`DeviceBuffer`] on a cudarc stream, for kernels and
-/// copies that write to it. Made by [`DeviceBuffer::view_mut`].
+/// copies that write to it. Made by [`CudaBufferViews::view_mut`].
 #[derive(Debug)]
 pub struct BufferViewMut<'a, T> {
     ptr: sys::CUdeviceptr,
@@ -51,7 +52,9 @@ pub struct BufferViewMut<'a, T> {
     _buffer: PhantomData<&'a mut [T]>,
 }
 
-impl DeviceBuffer<CudaDevice> {
+/// The cudarc views of a [`DeviceBuffer`] on a [`CudaDevice`] (`buf.view(&stream)`,
+/// `buf.view_mut(&stream)`; bring the trait into scope with `use c10_cuda_driver::CudaBufferViews;`).
+pub trait CudaBufferViews {
     /// A shared view of the buffer as elements of `T`, for work queued on `stream` (a cudarc
     /// stream of the buffer's device). When `stream` is not the allocation stream, it is
     /// registered with the device ([`CudaDevice::register_stream`]), made to wait for the
@@ -61,21 +64,13 @@ impl DeviceBuffer<CudaDevice> {
     /// # Errors
     /// [`Error::Device`] with [`DeviceError::Invalid`] when `T` is zero-sized or `stream`
     /// belongs to another device's context; a driver failure of the wait.
-    pub fn view<T>(&self, stream: &Arc<CudaStream>) -> Result<BufferView<'_, T>> {
-        let len = self.prepare::<T>(stream)?;
-        Ok(BufferView {
-            ptr: self.ptr(),
-            len,
-            stream: Arc::clone(stream),
-            _buffer: PhantomData,
-        })
-    }
+    fn view<T>(&self, stream: &Arc<CudaStream>) -> Result<BufferView<'_, T>>;
 
     /// An exclusive view of the buffer as elements of `T`, for work queued on `stream`; the
-    /// same stream rules as [`DeviceBuffer::view`].
+    /// same stream rules as [`CudaBufferViews::view`].
     ///
     /// # Errors
-    /// As [`DeviceBuffer::view`].
+    /// As [`CudaBufferViews::view`].
     ///
     /// # Example
     /// A cudarc kernel launch writing one of our blocks:
@@ -83,9 +78,9 @@ impl DeviceBuffer<CudaDevice> {
     /// use std::sync::Arc;
     ///
     /// use c10_cuda::config::AllocatorConfig;
-    /// use c10_cuda::cuda::CudaDevice;
     /// use c10_cuda::device::StreamId;
     /// use c10_cuda::{CachingAllocator, DeviceBuffer};
+    /// use c10_cuda_driver::{CudaBufferViews, CudaDevice};
     /// use cudarc::driver::{LaunchConfig, PushKernelArg};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let device = CudaDevice::new(0)?;
@@ -107,9 +102,13 @@ impl DeviceBuffer<CudaDevice> {
     /// // Dropping `buf` (after `y`) returns the block to the caching allocator.
     /// # Ok(()) }
     /// ```
-    pub fn view_mut<T>(&mut self, stream: &Arc<CudaStream>) -> Result<BufferViewMut<'_, T>> {
-        let len = self.prepare::<T>(stream)?;
-        Ok(BufferViewMut {
+    fn view_mut<T>(&mut self, stream: &Arc<CudaStream>) -> Result<BufferViewMut<'_, T>>;
+}
+
+impl CudaBufferViews for DeviceBuffer<CudaDevice> {
+    fn view<T>(&self, stream: &Arc<CudaStream>) -> Result<BufferView<'_, T>> {
+        let len = prepare::<T>(self, stream)?;
+        Ok(BufferView {
             ptr: self.ptr(),
             len,
             stream: Arc::clone(stream),
@@ -117,34 +116,44 @@ impl DeviceBuffer<CudaDevice> {
         })
     }
 
-    /// The element count of a view of `T`, after the stream rules of [`DeviceBuffer::view`].
-    fn prepare<T>(&self, stream: &Arc<CudaStream>) -> Result<usize> {
-        let elem = std::mem::size_of::<T>();
-        if elem == 0 {
-            return Err(Error::Device(DeviceError::Invalid {
-                what: "view element type (zero-sized)",
-                value: 0,
-            }));
-        }
-        let id = StreamId(handle_id(stream.cu_stream()));
-        let other = id != self.stream() && !self.is_empty();
-        let allocation_stream = self.front().with_device(self.device(), |a| {
-            let device = a.device();
-            device.register_stream(stream)?;
-            if other {
-                device.stream(self.stream()).map(Some)
-            } else {
-                Ok(None)
-            }
-        })??;
-        if let Some(allocation_stream) = allocation_stream {
-            stream
-                .join(&allocation_stream)
-                .map_err(driver("cuStreamWaitEvent"))?;
-            self.record_stream(id)?;
-        }
-        Ok(self.size() / elem)
+    fn view_mut<T>(&mut self, stream: &Arc<CudaStream>) -> Result<BufferViewMut<'_, T>> {
+        let len = prepare::<T>(self, stream)?;
+        Ok(BufferViewMut {
+            ptr: self.ptr(),
+            len,
+            stream: Arc::clone(stream),
+            _buffer: PhantomData,
+        })
     }
+}
+
+/// The element count of a view of `T`, after the stream rules of [`CudaBufferViews::view`].
+fn prepare<T>(buf: &DeviceBuffer<CudaDevice>, stream: &Arc<CudaStream>) -> Result<usize> {
+    let elem = std::mem::size_of::<T>();
+    if elem == 0 {
+        return Err(Error::Device(DeviceError::Invalid {
+            what: "view element type (zero-sized)",
+            value: 0,
+        }));
+    }
+    let id = StreamId(handle_id(stream.cu_stream()));
+    let other = id != buf.stream() && !buf.is_empty();
+    let allocation_stream = buf.front().with_device(buf.device(), |a| {
+        let device = a.device();
+        device.register_stream(stream)?;
+        if other {
+            device.stream(buf.stream()).map(Some)
+        } else {
+            Ok(None)
+        }
+    })??;
+    if let Some(allocation_stream) = allocation_stream {
+        stream
+            .join(&allocation_stream)
+            .map_err(driver("cuStreamWaitEvent"))?;
+        buf.record_stream(id)?;
+    }
+    Ok(buf.size() / elem)
 }
 
 /// The accessors both views share.

@@ -9,10 +9,10 @@
 use std::sync::Arc;
 
 use c10_cuda::config::AllocatorConfig;
-use c10_cuda::cuda::{CudaDevice, probe};
 use c10_cuda::device::StreamId;
 use c10_cuda::stats::StatType;
 use c10_cuda::{CachingAllocator, DeviceBuffer};
+use c10_cuda_driver::{CudaBufferViews, CudaDevice, probe};
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 /// `y[i] = a * x[i] + y[i]` for `i < n`.

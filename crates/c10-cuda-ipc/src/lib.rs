@@ -12,15 +12,15 @@
 //!
 //! | backend | segment handle | opened with | closed with |
 //! |---|---|---|---|
-//! | simulated, host-backed, [`SimDevice::with_shareable_memory`] | pid + fd + nonce of the segment's `memfd_create` region (or of the expandable reservation's, with the page range) | `/proc/<pid>/fd/<fd>` checked and mapped `MAP_SHARED` (see `shared_memory.rs`) | `munmap` |
+//! | simulated, host-backed, [`SimDevice::with_shareable_memory`] | pid + fd + nonce of the segment's `memfd_create` region (or of the expandable reservation's, with the page range) | `/proc/<pid>/fd/<fd>` checked and mapped `MAP_SHARED` (see the `remote` module) | `munmap` |
 //! | CUDA, regular segment | `cuIpcGetMemHandle` of the segment base (64 bytes) | `cuIpcOpenMemHandle` | `cuIpcCloseMemHandle` |
 //! | CUDA, expandable segment | pid + one POSIX fd per page (`cuMemExportToShareableHandle`) | `pidfd_getfd`, `cuMemImportFromShareableHandle`, `cuMemMap` | `cuMemUnmap`, `cuMemRelease` |
 //!
-//! # Opening: the per-process cache ([`CachingAllocator::open_ipc_handle`])
+//! # Opening: the per-process cache ([`IpcFront::open_ipc_handle`])
 //!
 //! As PyTorch's `getIpcDevPtr` (its `ipcMemHandle_to_devptr` map of `MemHandleCacheEntry`s held
 //! by `weak_ptr`): a segment is opened at most once per process. The cache maps each segment
-//! handle to a weak reference; every [`DataPtr`] from [`CachingAllocator::open_ipc_handle`] holds
+//! handle to a weak reference; every [`DataPtr`] from [`IpcFront::open_ipc_handle`] holds
 //! a strong one; when the last is dropped the segment is closed and leaves the cache. So opening
 //! the same handle twice maps it once ([`open_segment_count`] stays 1), and a block that PyTorch
 //! would reach through a typed storage at an offset we reach through a `DataPtr` at
@@ -38,7 +38,7 @@
 //! reached zero. It runs on every such death, from `torch.cuda.ipc_collect()`, and as a
 //! free-memory callback before the caching allocator asks the device for a new segment.
 //!
-//! Ours ([`CachingAllocator::share_storage`]): the same counter file (a `memfd_create` region of
+//! Ours ([`IpcFront::share_storage`]): the same counter file (a `memfd_create` region of
 //! 10 000 slots, found as segments are, through `/proc`), the counter starting at 1. A c10-core
 //! [`Storage`] cannot swap its `DataPtr`, so instead of replacing it the share puts a strong
 //! handle to the storage into the limbo: the block stays allocated while the producer uses it
@@ -47,14 +47,14 @@
 //! callback of the front that shared. The consumer: the first `DataPtr` a process opens for a
 //! counted handle takes over the counter's reference; each further one adds one; each drop
 //! subtracts one. A counted handle whose counter is already zero is refused as stale (its block
-//! may be reused by now). [`CachingAllocator::ipc_handle`] alone is the raw `shareIpcHandle`: it
+//! may be reused by now). [`IpcFront::ipc_handle`] alone is the raw `shareIpcHandle`: it
 //! keeps nothing alive, and the caller must keep the block allocated while the handle is in use.
 //!
 //! Memory opened from another process never counts in this process's allocator statistics (as in
 //! PyTorch), and synchronising access to shared bytes between the processes is the users' work
 //! (PyTorch sends an IPC event along; our host-backed simulated device runs no asynchronous work).
 //!
-//! [`SimDevice::with_shareable_memory`]: crate::SimDevice::with_shareable_memory
+//! [`SimDevice::with_shareable_memory`]: c10_cuda::SimDevice::with_shareable_memory
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -64,12 +64,19 @@ use c10_core::{DataPtr, Device, Storage};
 use parking_lot::Mutex;
 use thiserror::Error;
 
-use crate::allocator::DeviceCachingAllocator;
-use crate::device::{DeviceError, DeviceMemory, DevicePtr};
-use crate::error::Error;
-use crate::front::CachingAllocator;
+use c10_cuda::CachingAllocator;
+use c10_cuda::Error;
+use c10_cuda::device::{DeviceError, DeviceMemory, DevicePtr};
+pub use c10_cuda::share_range::ShareRange;
+use c10_cuda::shared_memory::{SIM_RESERVATION_KIND, SIM_SEGMENT_KIND};
 
-pub use crate::ipc_refcount::{RefCounterHandle, ipc_collect, shared_block_count};
+mod refcount;
+#[cfg(target_os = "linux")]
+mod remote;
+#[cfg(target_os = "linux")]
+mod sim;
+
+pub use crate::refcount::{RefCounterHandle, ipc_collect, shared_block_count};
 
 /// The first byte of every encoded handle (PyTorch's `SHAREABLE_HANDLE_VERSION`).
 pub const HANDLE_VERSION: u8 = 1;
@@ -124,8 +131,8 @@ pub enum IpcError {
 
 /// A failure to map another process's region, as an [`IpcError`].
 #[cfg(target_os = "linux")]
-pub(crate) fn remote_error(e: crate::shared_memory::RemoteError) -> IpcError {
-    use crate::shared_memory::RemoteError;
+pub(crate) fn remote_error(e: crate::remote::RemoteError) -> IpcError {
+    use crate::remote::RemoteError;
     match e {
         RemoteError::Stale(message) => IpcError::Stale(message),
         RemoteError::Invalid(message) => IpcError::Malformed(message),
@@ -149,8 +156,8 @@ impl SimRegion {
     /// The region kind in the memfd name.
     pub(crate) fn kind(self) -> &'static str {
         match self {
-            SimRegion::Segment => "sim-segment",
-            SimRegion::Reservation => "sim-reservation",
+            SimRegion::Segment => SIM_SEGMENT_KIND,
+            SimRegion::Reservation => SIM_RESERVATION_KIND,
         }
     }
 }
@@ -320,7 +327,7 @@ pub struct IpcHandle {
     /// Bytes of the block.
     pub size: u64,
     /// Where the consumer returns its reference, for handles from
-    /// [`CachingAllocator::share_storage`]; `None` for raw [`CachingAllocator::ipc_handle`]s.
+    /// [`IpcFront::share_storage`]; `None` for raw [`IpcFront::ipc_handle`]s.
     pub ref_counter: Option<RefCounterHandle>,
 }
 
@@ -343,7 +350,7 @@ impl IpcHandle {
     }
 
     /// Decodes [`IpcHandle::to_bytes`]'s output. Only checks the encoding; whether the memory
-    /// still exists is for [`CachingAllocator::open_ipc_handle`] to find out.
+    /// still exists is for [`IpcFront::open_ipc_handle`] to find out.
     ///
     /// # Errors
     /// [`IpcError::Malformed`] for truncated input, another version, an unknown kind, trailing
@@ -440,42 +447,6 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The device memory an IPC handle must make reachable: a whole segment, or the pages of an
-/// expandable segment that cover a block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ShareRange {
-    /// A regular segment (`cudaMalloc`).
-    Segment {
-        /// The segment base (PyTorch's `getBaseAllocation`).
-        base: DevicePtr,
-        /// Bytes of the segment.
-        size: usize,
-    },
-    /// Pages of an expandable segment.
-    Expandable {
-        /// Start of the segment's reserved range.
-        reservation: DevicePtr,
-        /// Bytes of the reserved range.
-        reservation_size: usize,
-        /// Bytes per page.
-        page_size: usize,
-        /// The first page covering the block.
-        begin: DevicePtr,
-        /// Bytes of the pages covering the block.
-        len: usize,
-    },
-}
-
-impl ShareRange {
-    /// Where the mapped memory starts in the producer.
-    pub fn start(&self) -> DevicePtr {
-        match *self {
-            ShareRange::Segment { base, .. } => base,
-            ShareRange::Expandable { begin, .. } => begin,
-        }
-    }
-}
-
 /// Memory of another process opened in this one; dropping it closes it
 /// (`cudaIpcCloseMemHandle`, `munmap`, ...).
 pub struct OpenedMemory {
@@ -506,48 +477,6 @@ pub trait IpcMemory: DeviceMemory {
     /// [`IpcError::Stale`] when the memory is gone; [`IpcError::Unsupported`] for a kind this
     /// backend cannot open; device and system failures.
     fn open_ipc(&self, segment: &SegmentHandle) -> Result<OpenedMemory, IpcError>;
-}
-
-impl<D: DeviceMemory> DeviceCachingAllocator<D> {
-    /// The memory an IPC handle of the allocated block at `ptr` must make reachable, and the
-    /// block's offset and size in it (the first half of PyTorch's `shareIpcHandle`).
-    ///
-    /// # Errors
-    /// [`Error::InvalidPointer`] when `ptr` is not an allocated block of this allocator.
-    pub fn ipc_share_range(&self, ptr: DevicePtr) -> crate::Result<(ShareRange, u64, u64)> {
-        let Some(id) = self.allocated.get(ptr) else {
-            return Err(Error::InvalidPointer {
-                ptr,
-                device: self.device.index(),
-            });
-        };
-        let block = self.blocks.get(id);
-        let (bptr, bsize) = (block.ptr, block.size);
-        if let Some(segment) = block
-            .expandable
-            .and_then(|i| self.expandable_segments.get(i as usize))
-            .and_then(Option::as_ref)
-        {
-            let page = segment.page as u64;
-            let first = (bptr - segment.base) / page;
-            let last = (bptr - segment.base + bsize as u64).div_ceil(page);
-            let begin = segment.base + first * page;
-            let range = ShareRange::Expandable {
-                reservation: segment.base,
-                reservation_size: segment.size(),
-                page_size: segment.page,
-                begin,
-                len: ((last - first) * page) as usize,
-            };
-            return Ok((range, bptr - begin, bsize as u64));
-        }
-        let (base, size) = self.get_base_allocation(ptr)?;
-        Ok((
-            ShareRange::Segment { base, size },
-            bptr - base,
-            bsize as u64,
-        ))
-    }
 }
 
 /// One segment of another process opened in this one (PyTorch's `MemHandleCacheEntry`).
@@ -600,9 +529,9 @@ pub fn is_open_host_range(ptr: DevicePtr, len: usize) -> bool {
 }
 
 /// Runs `f` if `[ptr, ptr + len)` lies inside memory opened from another process, holding the
-/// cache lock so that it stays open meanwhile (the CUDA backend's copies to and from it).
-#[cfg(feature = "cuda")]
-pub(crate) fn with_open_range<R>(ptr: DevicePtr, len: usize, f: impl FnOnce() -> R) -> Option<R> {
+/// cache lock so that it stays open meanwhile (`c10-cuda-driver`'s copies to and from it);
+/// `None`, without running `f`, when it does not. `f` must take no lock of this crate.
+pub fn with_open_range<R>(ptr: DevicePtr, len: usize, f: impl FnOnce() -> R) -> Option<R> {
     let end = ptr.checked_add(len as u64)?;
     let open = OPEN.lock();
     let inside = open
@@ -663,10 +592,10 @@ fn open_cached(
     Ok(opened)
 }
 
-/// What a `DataPtr` from [`CachingAllocator::open_ipc_handle`] owns.
+/// What a `DataPtr` from [`IpcFront::open_ipc_handle`] owns.
 struct OpenedBlock {
     _segment: Arc<OpenSegment>,
-    _counter: Option<crate::ipc_refcount::CounterRef>,
+    _counter: Option<crate::refcount::CounterRef>,
 }
 
 /// The deleter of opened blocks.
@@ -682,17 +611,48 @@ unsafe fn delete_opened(ctx: *mut c_void) {
 /// Fronts that have [`ipc_collect`] registered as a free-memory callback.
 static COLLECTING: Mutex<Vec<Weak<dyn std::any::Any + Send + Sync>>> = Mutex::new(Vec::new());
 
-impl<D: IpcMemory + 'static> CachingAllocator<D> {
+/// The IPC calls of the thread-safe front ([`CachingAllocator`]) over a backend that can share
+/// its memory: PyTorch's `shareIpcHandle`, `getIpcDevPtr` and `_share_cuda_`. Implemented for
+/// every `CachingAllocator<D>` with `D: IpcMemory`; bring it into scope to call them
+/// (`use c10_cuda_ipc::IpcFront;`).
+pub trait IpcFront {
     /// An IPC handle of the allocated block at `ptr` (PyTorch's `shareIpcHandle`): the segment
     /// (or, in an expandable segment, the pages) holding it and the block's offset. It keeps
     /// nothing alive: the caller must keep the block allocated while the handle is in use, or use
-    /// [`CachingAllocator::share_storage`].
+    /// [`IpcFront::share_storage`].
     ///
     /// # Errors
     /// [`IpcError::UnknownPointer`] when `ptr` is not an allocated block;
     /// [`IpcError::Unsupported`] when the backend cannot share it (an address-only or
     /// non-shareable simulated device); device failures.
-    pub fn ipc_handle(&self, ptr: DevicePtr) -> Result<IpcHandle, IpcError> {
+    fn ipc_handle(&self, ptr: DevicePtr) -> Result<IpcHandle, IpcError>;
+
+    /// Opens a handle from another process on `device` (PyTorch's `getIpcDevPtr`): a
+    /// [`DataPtr`] at the block, tagged with `device`. The segment is opened once per process and
+    /// closed when the last `DataPtr` over it drops (see the [crate docs](crate)); the bytes do
+    /// not count in this allocator's statistics. For a counted handle, this `DataPtr` holds one
+    /// reference of the producer's counter until it drops.
+    ///
+    /// # Errors
+    /// [`IpcError::Stale`] when the memory or the counter is gone (or the counter is zero);
+    /// [`IpcError::Allocator`] for an unknown device; the backend's errors.
+    fn open_ipc_handle(&self, device: u8, handle: &IpcHandle) -> Result<DataPtr, IpcError>;
+
+    /// Shares the block under `storage` with other processes and keeps it alive until they are
+    /// done (PyTorch's `_share_cuda_` with `CudaIPCSentData`; see the [crate docs](crate)): the
+    /// handle carries a reference counter set to 1, and a strong handle to the storage waits in
+    /// the limbo until the counter is back to zero and [`ipc_collect`] runs. Registers
+    /// [`ipc_collect`] as a free-memory callback of this front the first time.
+    ///
+    /// # Errors
+    /// [`IpcError::Storage`] for an empty or resizable storage (a resize would free the shared
+    /// block) or one on another device type; those of [`IpcFront::ipc_handle`]; a failure
+    /// to create the counter file.
+    fn share_storage(self: &Arc<Self>, storage: &Storage) -> Result<IpcHandle, IpcError>;
+}
+
+impl<D: IpcMemory + 'static> IpcFront for CachingAllocator<D> {
+    fn ipc_handle(&self, ptr: DevicePtr) -> Result<IpcHandle, IpcError> {
         for index in self.device_indices() {
             let found = self.with_device(index, |a| {
                 let (range, offset, size) = match a.ipc_share_range(ptr) {
@@ -714,16 +674,7 @@ impl<D: IpcMemory + 'static> CachingAllocator<D> {
         Err(IpcError::UnknownPointer { ptr })
     }
 
-    /// Opens a handle from another process on `device` (PyTorch's `getIpcDevPtr`): a
-    /// [`DataPtr`] at the block, tagged with `device`. The segment is opened once per process and
-    /// closed when the last `DataPtr` over it drops (see the [module docs](self)); the bytes do
-    /// not count in this allocator's statistics. For a counted handle, this `DataPtr` holds one
-    /// reference of the producer's counter until it drops.
-    ///
-    /// # Errors
-    /// [`IpcError::Stale`] when the memory or the counter is gone (or the counter is zero);
-    /// [`IpcError::Allocator`] for an unknown device; the backend's errors.
-    pub fn open_ipc_handle(&self, device: u8, handle: &IpcHandle) -> Result<DataPtr, IpcError> {
+    fn open_ipc_handle(&self, device: u8, handle: &IpcHandle) -> Result<DataPtr, IpcError> {
         let device_type = self.with_device(device, |a| a.device().device_type())?;
         if handle.size == 0
             || handle
@@ -742,7 +693,7 @@ impl<D: IpcMemory + 'static> CachingAllocator<D> {
         let counter = handle
             .ref_counter
             .as_ref()
-            .map(crate::ipc_refcount::CounterRef::acquire)
+            .map(crate::refcount::CounterRef::acquire)
             .transpose()?;
         let segment = open_cached(&handle.segment, || {
             self.with_device(device, |a| a.device().open_ipc(&handle.segment))?
@@ -766,17 +717,7 @@ impl<D: IpcMemory + 'static> CachingAllocator<D> {
         })
     }
 
-    /// Shares the block under `storage` with other processes and keeps it alive until they are
-    /// done (PyTorch's `_share_cuda_` with `CudaIPCSentData`; see the [module docs](self)): the
-    /// handle carries a reference counter set to 1, and a strong handle to the storage waits in
-    /// the limbo until the counter is back to zero and [`ipc_collect`] runs. Registers
-    /// [`ipc_collect`] as a free-memory callback of this front the first time.
-    ///
-    /// # Errors
-    /// [`IpcError::Storage`] for an empty or resizable storage (a resize would free the shared
-    /// block) or one on another device type; those of [`CachingAllocator::ipc_handle`]; a failure
-    /// to create the counter file.
-    pub fn share_storage(self: &Arc<Self>, storage: &Storage) -> Result<IpcHandle, IpcError> {
+    fn share_storage(self: &Arc<Self>, storage: &Storage) -> Result<IpcHandle, IpcError> {
         if storage.nbytes() == 0 || storage.data_ptr().is_null() {
             return Err(IpcError::Storage("it has no bytes".into()));
         }
@@ -794,25 +735,25 @@ impl<D: IpcMemory + 'static> CachingAllocator<D> {
                 storage.device_type()
             )));
         }
-        self.register_collect();
+        register_collect(self);
         ipc_collect();
-        handle.ref_counter = Some(crate::ipc_refcount::share(storage.clone())?);
+        handle.ref_counter = Some(crate::refcount::share(storage.clone())?);
         Ok(handle)
     }
+}
 
-    /// Registers [`ipc_collect`] as a free-memory callback of this front, once.
-    fn register_collect(self: &Arc<Self>) {
-        let me: Arc<dyn std::any::Any + Send + Sync> = Arc::<Self>::clone(self);
-        let mut fronts = COLLECTING.lock();
-        fronts.retain(|w| w.strong_count() > 0);
-        if fronts
-            .iter()
-            .any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(&me)))
-        {
-            return;
-        }
-        fronts.push(Arc::downgrade(&me));
-        drop(fronts);
-        self.register_free_memory_callback(Arc::new(ipc_collect));
+/// Registers [`ipc_collect`] as a free-memory callback of `front`, once.
+fn register_collect<D: IpcMemory + 'static>(front: &Arc<CachingAllocator<D>>) {
+    let me: Arc<dyn std::any::Any + Send + Sync> = Arc::<CachingAllocator<D>>::clone(front);
+    let mut fronts = COLLECTING.lock();
+    fronts.retain(|w| w.strong_count() > 0);
+    if fronts
+        .iter()
+        .any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(&me)))
+    {
+        return;
     }
+    fronts.push(Arc::downgrade(&me));
+    drop(fronts);
+    front.register_free_memory_callback(Arc::new(ipc_collect));
 }
