@@ -243,6 +243,33 @@ fn size_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
     }
 }
 
+/// `since=`/`until=` as the command's `--since`/`--until`: an event index (`int`) or a time
+/// since the trace's first event (`"1.5s"`, `"250ms"`).
+fn window_arg(
+    since: Option<&Bound<'_, PyAny>>,
+    until: Option<&Bound<'_, PyAny>>,
+) -> PyResult<tensormem::window::Window> {
+    let text = |name: &str, v: Option<&Bound<'_, PyAny>>| -> PyResult<Option<String>> {
+        match v {
+            None => Ok(None),
+            Some(v) if v.is_none() => Ok(None),
+            Some(v) if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() => {
+                Ok(Some(v.extract::<i128>()?.to_string()))
+            }
+            Some(v) => v.extract::<String>().map(Some).map_err(|_| {
+                error(format!(
+                    "{name}: expected an event index (int) or a time such as \"1.5s\""
+                ))
+            }),
+        }
+    };
+    tensormem::window::Window::parse(
+        text("since", since)?.as_deref(),
+        text("until", until)?.as_deref(),
+    )
+    .map_err(error)
+}
+
 /// JSON -> Python objects.
 fn to_py<'py>(py: Python<'py>, v: &Json) -> PyResult<Bound<'py, PyAny>> {
     Ok(match v {
@@ -275,7 +302,7 @@ fn to_py<'py>(py: Python<'py>, v: &Json) -> PyResult<Bound<'py, PyAny>> {
     })
 }
 
-/// replay(snap, alloc_conf=None, from_empty=False, sweep=False, device_memory=None, top=None, device=None, torch_version=None, history_only=False, stack=False, html=None, plot=None)
+/// replay(snap, alloc_conf=None, from_empty=False, sweep=False, device_memory=None, top=None, device=None, torch_version=None, history_only=False, stack=False, html=None, plot=None, since=None, until=None)
 /// --
 ///
 /// Replays the snapshot's history through the caching allocator, as `tensormem replay
@@ -287,10 +314,12 @@ fn to_py<'py>(py: Python<'py>, v: &Json) -> PyResult<Bound<'py, PyAny>> {
 /// holding the most bytes; `torch_version` ("2.7", "2.15") follows that PyTorch version's
 /// rules (default: parity detects the version, what-if uses the newest); `stack=True` groups
 /// the call sites by their whole stack (`--stack`); `html=PATH` writes the self-contained page
-/// of `--html`, `plot=PATH` the SVG of `--plot`. Returns the `--json` dict as a
+/// of `--html`, `plot=PATH` the SVG of `--plot`; `since`/`until` (an event index, or a time
+/// since the first event such as "1.5s") measure the peaks in that window, as
+/// `--since`/`--until`. Returns the `--json` dict as a
 /// `ReplayResult` (a dict that notebooks show as a table).
 #[pyfunction]
-#[pyo3(signature = (snap, alloc_conf=None, from_empty=false, sweep=false, device_memory=None, top=None, device=None, torch_version=None, history_only=false, stack=false, html=None, plot=None))]
+#[pyo3(signature = (snap, alloc_conf=None, from_empty=false, sweep=false, device_memory=None, top=None, device=None, torch_version=None, history_only=false, stack=false, html=None, plot=None, since=None, until=None))]
 #[allow(clippy::too_many_arguments)]
 fn replay<'py>(
     py: Python<'py>,
@@ -306,7 +335,10 @@ fn replay<'py>(
     stack: bool,
     html: Option<PathBuf>,
     plot: Option<PathBuf>,
+    since: Option<&Bound<'py, PyAny>>,
+    until: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let window = window_arg(since, until)?;
     let (s, name) = load(snap)?;
     if stack && top.is_none() {
         return Err(error(
@@ -326,6 +358,7 @@ fn replay<'py>(
         series: html.is_some() || plot.is_some(),
         html: html.is_some(),
         plot: plot.is_some(),
+        window,
         ..Default::default()
     };
     let doc = py
@@ -366,17 +399,20 @@ fn replay<'py>(
     result(py, "ReplayResult", &doc)
 }
 
-/// advise(snap, device_memory=None, device=None, history_only=False, html=None)
+/// advise(snap, device_memory=None, device=None, history_only=False, html=None, since=None, until=None)
 /// --
 ///
 /// Searches the allocator settings, as `tensormem advise --json`: each candidate's peak
 /// reserved bytes, fragmentation, device mallocs and the smallest device memory on which a
 /// full replay of the whole job runs it without OOM, best first, with the line to paste.
 /// `device_memory` (bytes or "40GiB") is the device to fit; `history_only=True` replays the
-/// recorded history alone (`--history-only`); `html=PATH` writes the page of `--html`. Returns
+/// recorded history alone (`--history-only`); `html=PATH` writes the page of `--html`;
+/// `since`/`until` as `--since`/`--until` (the job runs to `until`, peaks measured from
+/// `since`). Returns
 /// an `AdviseResult` (the dict, shown as a table in notebooks).
 #[pyfunction]
-#[pyo3(signature = (snap, device_memory=None, device=None, history_only=false, html=None))]
+#[pyo3(signature = (snap, device_memory=None, device=None, history_only=false, html=None, since=None, until=None))]
+#[allow(clippy::too_many_arguments)]
 fn advise<'py>(
     py: Python<'py>,
     snap: &Bound<'py, PyAny>,
@@ -384,7 +420,10 @@ fn advise<'py>(
     device: Option<usize>,
     history_only: bool,
     html: Option<PathBuf>,
+    since: Option<&Bound<'py, PyAny>>,
+    until: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let window = window_arg(since, until)?;
     let (s, name) = load(snap)?;
     let device_memory = match size_arg(device_memory)? {
         Some(text) => Some(tensormem::session::device_memory(Some(&text)).map_err(error)? as u64),
@@ -394,6 +433,7 @@ fn advise<'py>(
         device_memory,
         device,
         history_only,
+        window,
         ..Default::default()
     };
     let doc = py
@@ -414,28 +454,42 @@ fn advise<'py>(
     )
 }
 
-/// diff(a, b, top=10)
+/// diff(a, b, top=10, html=None, since=None, until=None)
 /// --
 ///
 /// Compares two snapshots, as `tensormem diff --json`: segments and bytes at each dump, each
 /// history's parity peaks, whole-job lower bound and fragmentation (`None` for a state-only
-/// snapshot), and the `top` call sites that grew or shrank, the largest change first. Returns
+/// snapshot), and the `top` call sites that grew or shrank, the largest change first;
+/// `html=PATH` writes the page of `--html`; `since`/`until` as `--since`/`--until` on each
+/// history. Returns
 /// a `DiffResult` (the dict, shown as a table in notebooks).
 #[pyfunction]
-#[pyo3(signature = (a, b, top=10))]
+#[pyo3(signature = (a, b, top=10, html=None, since=None, until=None))]
 fn diff<'py>(
     py: Python<'py>,
     a: &Bound<'py, PyAny>,
     b: &Bound<'py, PyAny>,
     top: usize,
+    html: Option<PathBuf>,
+    since: Option<&Bound<'py, PyAny>>,
+    until: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     if top == 0 {
         return Err(error("top: expected at least 1 call site"));
     }
+    let window = window_arg(since, until)?;
     let (sa, name_a) = load(a)?;
     let (sb, name_b) = load(b)?;
     let doc = py
-        .detach(|| tensormem::diff::diff(&sa, &name_a, &sb, &name_b, top))
+        .detach(|| -> Result<_, String> {
+            let d = tensormem::diff::diff_in(&sa, &name_a, &sb, &name_b, top, &window)
+                .map_err(|e| e.to_string())?;
+            if let Some(path) = &html {
+                std::fs::write(path, tensormem::html::diff_page(&d))
+                    .map_err(|e| format!("html {}: {e}", path.display()))?;
+            }
+            Ok(d)
+        })
         .map_err(error)?;
     result(
         py,
@@ -444,23 +498,28 @@ fn diff<'py>(
     )
 }
 
-/// explain(snap, top=5)
+/// explain(snap, top=5, since=None, until=None)
 /// --
 ///
 /// Explains an out-of-memory error, as `tensormem explain --json`: the failed request, free
 /// bytes per segment, the largest free block per pool and stream, the bytes stuck in split
-/// segments, the top call sites, the advise result, and which figures are unknown. Returns an
+/// segments, the top call sites, the advise result, and which figures are unknown;
+/// `since`/`until` pick the first `oom` entry inside that window. Returns an
 /// `ExplainResult` (the dict, shown as a table in notebooks).
 #[pyfunction]
-#[pyo3(signature = (snap, top=5))]
+#[pyo3(signature = (snap, top=5, since=None, until=None))]
 fn explain<'py>(
     py: Python<'py>,
     snap: &Bound<'py, PyAny>,
     top: usize,
+    since: Option<&Bound<'py, PyAny>>,
+    until: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let window = window_arg(since, until)?;
     let (s, name) = load(snap)?;
     let opts = tensormem::explain::ExplainOptions {
         top,
+        window,
         ..Default::default()
     };
     let doc = py

@@ -437,3 +437,35 @@ def test_stubs_name_the_result_classes_the_functions_return():
     }
     for name, value in got.items():
         assert returns[name] == type(value).__name__, name
+
+
+def test_since_until_and_diff_html(tmp_path):
+    d = synthetic()
+    whole = tensormem.replay(d)
+    assert "window" not in whole and whole["peak_reserved_bytes"] == 20 * MIB
+    # Before event 1 nothing is allocated but the segment: the window's peak allocated is 0.
+    first = tensormem.replay(d, until=1)
+    assert first["window"] == {"since_event": 0, "until_event": 1, "since_us": 0, "until_us": 0}
+    assert first["peak_allocated_bytes"] == 0 and first["events"] == 1
+    late = tensormem.replay(d, since="3us", from_empty=True)
+    assert late["window"]["since_event"] == 3
+    # The state the window opens on counts: 3 + 5 MiB allocated after event 2.
+    assert late["peak_allocated_bytes"] == 8 * MIB
+    # Up to event 1: the first 3 MiB block alone.
+    assert tensormem.replay(d, until=2)["peak_allocated_bytes"] == 3 * MIB
+    a = tensormem.advise(d, until=2, device_memory="64MiB")
+    assert a["window"]["until_event"] == 2
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay(d, since=99)
+    assert str(e.value) == "since: event 99 is past the trace's last event (5)"
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.replay(d, until=1.5)
+    assert str(e.value) == 'until: expected an event index (int) or a time such as "1.5s"'
+    with pytest.raises(tensormem.TensormemError) as e:
+        tensormem.explain(d, since=1)
+    assert str(e.value).startswith("since: no oom entry in the window: events 1..5 of 6")
+    page = tmp_path / "d.html"
+    df = tensormem.diff(d, d, until=2, html=page)
+    assert df["a"]["window"]["until_event"] == 2
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "<h2>Side by side</h2>" in html

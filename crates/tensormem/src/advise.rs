@@ -26,6 +26,7 @@ use crate::par;
 use crate::replay::{Mode, Outcome, ReplayOptions, replay};
 use crate::report::config_label;
 use crate::start_state::{StartState, start_state};
+use crate::window::{EventWindow, Window};
 
 /// The bisection's resolution: 2 MiB, PyTorch's large-segment rounding.
 pub const RESOLUTION: u64 = 2 << 20;
@@ -193,6 +194,10 @@ pub struct AdviseOptions {
     /// The start state of the whole job, when the caller has it (explain passes the one of the
     /// whole recording); `None`: rebuilt from the snapshot.
     pub start: Option<Arc<StartState>>,
+    /// `--since`/`--until` ([`crate::window`]): every replay runs the job from its start to
+    /// the window's end (an OOM anywhere there counts: the job runs it), and the peaks and
+    /// lower bound are measured inside the window.
+    pub window: Window,
 }
 
 impl Default for AdviseOptions {
@@ -203,6 +208,7 @@ impl Default for AdviseOptions {
             device: None,
             history_only: false,
             start: None,
+            window: Window::default(),
         }
     }
 }
@@ -271,6 +277,9 @@ pub struct Advice {
     pub lower_bound_bytes: u64,
     /// Replays run in all.
     pub replays: usize,
+    /// With `--since`/`--until`: the window (absent without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<EventWindow>,
     /// The candidates, best first.
     pub candidates: Vec<CandidateResult>,
     /// Options not shown in the text report (for the report).
@@ -296,6 +305,7 @@ struct Job<'a> {
     device: usize,
     history_only: bool,
     start: Option<Arc<StartState>>,
+    window: Option<EventWindow>,
 }
 
 impl Job<'_> {
@@ -303,6 +313,8 @@ impl Job<'_> {
         ReplayOptions {
             history_only: self.history_only,
             start: self.start.clone(),
+            since_event: self.window.map(|w| w.since_event),
+            until_event: self.window.map(|w| w.until_event),
             ..ReplayOptions::new(config.clone(), capacity as usize, true)
         }
     }
@@ -420,11 +432,13 @@ pub fn advise(snap: &Snapshot, file: &str, opts: &AdviseOptions) -> Result<Advic
     let left_out = opts
         .history_only
         .then(|| (start.live.len(), start.live_bytes()));
+    let window = opts.window.resolve(&snap.traces[device])?;
     let job = Job {
         snap,
         device,
         history_only: opts.history_only,
         start: Some(start),
+        window,
     };
     let cands = candidates();
     let evaluated = par::map(&cands, |c| job.evaluate(c, capacity));
@@ -488,6 +502,7 @@ pub fn advise(snap: &Snapshot, file: &str, opts: &AdviseOptions) -> Result<Advic
         left_out,
         lower_bound_bytes: lower_bound,
         replays,
+        window,
         candidates,
         show: opts.show,
     })
@@ -544,6 +559,14 @@ impl Advice {
             device
         );
         let _ = writeln!(s, "  {}", self.counted());
+        if let Some(w) = &self.window {
+            let _ = writeln!(
+                s,
+                "  {}: each replay runs the job from its start to the window's end (an OOM anywhere there \
+                 counts); peaks and lower bound are measured inside the window",
+                w.describe(self.events)
+            );
+        }
         let _ = writeln!(
             s,
             "  {} allocator settings, each replayed in full from an empty allocator, then the smallest device memory\n  \

@@ -14,6 +14,7 @@ use crate::model::Snapshot;
 use crate::report;
 use crate::session::{self, ReplayReport, ReplayRequest};
 use crate::top_sites::Site;
+use crate::window::{EventWindow, Window};
 
 /// One side of a comparison.
 #[derive(Clone, Debug, Serialize)]
@@ -40,6 +41,13 @@ pub struct Side {
     pub fragmentation: Option<f64>,
     /// Blocks live when recording began (`null` without a history).
     pub start_blocks: Option<usize>,
+    /// With `--since`/`--until` on a history: the window its peaks and call sites were
+    /// measured in (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<EventWindow>,
+    /// Events in the side's trace (for describing the window).
+    #[serde(skip)]
+    pub trace_events: usize,
     /// Every call site at the moment, largest first.
     #[serde(skip)]
     pub sites: Vec<Site>,
@@ -75,9 +83,16 @@ pub struct Diff {
     pub sites_changed: usize,
 }
 
-fn side(snap: &Snapshot, file: &str) -> Result<Side, Error> {
+fn side(snap: &Snapshot, file: &str, window: &Window) -> Result<Side, Error> {
+    // A window applies to a history; a state-only side is one moment, its dump.
+    let has_history = session::history_device(None, snap)?.is_some();
     let req = ReplayRequest {
         top: Some(usize::MAX),
+        window: if has_history {
+            *window
+        } else {
+            Window::default()
+        },
         ..ReplayRequest::default()
     };
     let report = session::run(snap, file, &req, &mut |_, _, _| {})?;
@@ -93,6 +108,8 @@ fn side(snap: &Snapshot, file: &str) -> Result<Side, Error> {
         lower_bound_bytes: None,
         fragmentation: None,
         start_blocks: None,
+        window: None,
+        trace_events: 0,
         sites: Vec::new(),
     };
     match report {
@@ -106,6 +123,8 @@ fn side(snap: &Snapshot, file: &str) -> Result<Side, Error> {
             s.lower_bound_bytes = Some(o.lower_bound);
             s.fragmentation = (o.lower_bound > 0).then(|| report::fragmentation(o));
             s.start_blocks = Some(o.start_blocks);
+            s.window = r.window;
+            s.trace_events = snap.traces[r.device].len();
             s.sites = r.top.map(|t| t.at_peak).unwrap_or_default();
         }
     }
@@ -123,8 +142,24 @@ pub fn diff(
     b_file: &str,
     top: usize,
 ) -> Result<Diff, Error> {
-    let a = side(a, a_file)?;
-    let b = side(b, b_file)?;
+    diff_in(a, a_file, b, b_file, top, &Window::default())
+}
+
+/// [`diff`] with each history's peaks and call sites measured inside `window`
+/// (`--since`/`--until`, resolved against each side's own trace; a state-only side is its dump).
+///
+/// # Errors
+/// A replay failure of either history; a window that does not fit a side's trace.
+pub fn diff_in(
+    a: &Snapshot,
+    a_file: &str,
+    b: &Snapshot,
+    b_file: &str,
+    top: usize,
+    window: &Window,
+) -> Result<Diff, Error> {
+    let a = side(a, a_file, window)?;
+    let b = side(b, b_file, window)?;
     let mut by_site: BTreeMap<&str, SiteChange> = BTreeMap::new();
     let empty = |site: &str| SiteChange {
         site: site.to_string(),
@@ -169,7 +204,7 @@ pub fn diff(
 }
 
 /// `+1.00 GiB`, `-20.00 MiB`, `0 bytes`.
-fn signed(change: i64) -> String {
+pub fn signed(change: i64) -> String {
     match change {
         0 => "0 bytes".to_string(),
         c if c > 0 => format!("+{}", format_size(c as u64)),
@@ -178,107 +213,113 @@ fn signed(change: i64) -> String {
 }
 
 impl Diff {
+    /// The side-by-side rows: (figure, A, B, change), as the text and the HTML print them
+    /// (`unknown` for what a state-only side cannot give).
+    pub fn rows(&self) -> Vec<[String; 4]> {
+        let show = |v: Option<u64>| v.map_or("unknown".to_string(), format_size);
+        let bytes_row = |name: &str, a: Option<u64>, b: Option<u64>| {
+            let change = match (a, b) {
+                (Some(a), Some(b)) => signed(b as i64 - a as i64),
+                _ => "unknown".to_string(),
+            };
+            [name.to_string(), show(a), show(b), change]
+        };
+        let count_row = |name: &str, a: Option<usize>, b: Option<usize>| {
+            let show = |v: Option<usize>| v.map_or("unknown".to_string(), |n| n.to_string());
+            let change = match (a, b) {
+                (Some(a), Some(b)) => format!("{:+}", b as i64 - a as i64),
+                _ => "unknown".to_string(),
+            };
+            [name.to_string(), show(a), show(b), change]
+        };
+        let (a, b) = (&self.a, &self.b);
+        let frag = |v: Option<f64>| v.map_or("unknown".to_string(), |f| format!("{f:.3}"));
+        let frag_change = match (a.fragmentation, b.fragmentation) {
+            (Some(x), Some(y)) => format!("{:+.3}", y - x),
+            _ => "unknown".to_string(),
+        };
+        vec![
+            count_row("history events", Some(a.events), Some(b.events)),
+            count_row("segments at the dump", Some(a.segments), Some(b.segments)),
+            bytes_row(
+                "reserved at the dump",
+                Some(a.reserved_bytes_at_dump),
+                Some(b.reserved_bytes_at_dump),
+            ),
+            bytes_row(
+                "allocated at the dump",
+                Some(a.allocated_bytes_at_dump),
+                Some(b.allocated_bytes_at_dump),
+            ),
+            bytes_row(
+                "peak reserved",
+                a.peak_reserved_bytes,
+                b.peak_reserved_bytes,
+            ),
+            bytes_row(
+                "peak allocated",
+                a.peak_allocated_bytes,
+                b.peak_allocated_bytes,
+            ),
+            bytes_row(
+                "lower bound (live peak)",
+                a.lower_bound_bytes,
+                b.lower_bound_bytes,
+            ),
+            count_row("blocks live before rec.", a.start_blocks, b.start_blocks),
+            [
+                "fragmentation".to_string(),
+                frag(a.fragmentation),
+                frag(b.fragmentation),
+                frag_change,
+            ],
+        ]
+    }
+
+    /// The heading of the call-site changes: `Call sites that grew or shrank (A at its
+    /// reserved peak, B at its dump): 5 of 27 shown`.
+    pub fn sites_title(&self) -> String {
+        format!(
+            "Call sites that grew or shrank (A at its {}, B at its {}): {} of {} shown",
+            self.a.moment,
+            self.b.moment,
+            self.sites.len(),
+            self.sites_changed
+        )
+    }
+
+    /// The lines saying what the peaks cover (and each side's window, when one was given).
+    pub fn notes(&self) -> Vec<String> {
+        let mut out = vec![
+            "(peaks: a parity replay of each history, the whole job; unknown for a state-only snapshot)"
+                .to_string(),
+        ];
+        for (name, side) in [("A", &self.a), ("B", &self.b)] {
+            if let Some(w) = &side.window {
+                out.push(format!(
+                    "{name} {}: peaks and call sites measured inside it",
+                    w.describe(side.trace_events)
+                ));
+            }
+        }
+        out
+    }
+
     /// The text report.
     pub fn text(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "tensormem diff {} {}", self.a.file, self.b.file);
         let _ = writeln!(s, "  A: {}", self.a.file);
         let _ = writeln!(s, "  B: {}", self.b.file);
-        let _ = writeln!(
-            s,
-            "  (peaks: a parity replay of each history, the whole job; unknown for a state-only snapshot)\n"
-        );
+        for note in self.notes() {
+            let _ = writeln!(s, "  {note}");
+        }
+        let _ = writeln!(s);
         let _ = writeln!(s, "  {:<26} {:>14} {:>14} {:>14}", "", "A", "B", "change");
-        let bytes_row = |s: &mut String, name: &str, a: Option<u64>, b: Option<u64>| {
-            let show = |v: Option<u64>| v.map_or("unknown".to_string(), format_size);
-            let change = match (a, b) {
-                (Some(a), Some(b)) => signed(b as i64 - a as i64),
-                _ => "unknown".to_string(),
-            };
-            let _ = writeln!(
-                s,
-                "  {name:<26} {:>14} {:>14} {change:>14}",
-                show(a),
-                show(b)
-            );
-        };
-        let count_row = |s: &mut String, name: &str, a: Option<usize>, b: Option<usize>| {
-            let show = |v: Option<usize>| v.map_or("unknown".to_string(), |n| n.to_string());
-            let change = match (a, b) {
-                (Some(a), Some(b)) => format!("{:+}", b as i64 - a as i64),
-                _ => "unknown".to_string(),
-            };
-            let _ = writeln!(
-                s,
-                "  {name:<26} {:>14} {:>14} {change:>14}",
-                show(a),
-                show(b)
-            );
-        };
-        let (a, b) = (&self.a, &self.b);
-        count_row(&mut s, "history events", Some(a.events), Some(b.events));
-        count_row(
-            &mut s,
-            "segments at the dump",
-            Some(a.segments),
-            Some(b.segments),
-        );
-        bytes_row(
-            &mut s,
-            "reserved at the dump",
-            Some(a.reserved_bytes_at_dump),
-            Some(b.reserved_bytes_at_dump),
-        );
-        bytes_row(
-            &mut s,
-            "allocated at the dump",
-            Some(a.allocated_bytes_at_dump),
-            Some(b.allocated_bytes_at_dump),
-        );
-        bytes_row(
-            &mut s,
-            "peak reserved",
-            a.peak_reserved_bytes,
-            b.peak_reserved_bytes,
-        );
-        bytes_row(
-            &mut s,
-            "peak allocated",
-            a.peak_allocated_bytes,
-            b.peak_allocated_bytes,
-        );
-        bytes_row(
-            &mut s,
-            "lower bound (live peak)",
-            a.lower_bound_bytes,
-            b.lower_bound_bytes,
-        );
-        count_row(
-            &mut s,
-            "blocks live before rec.",
-            a.start_blocks,
-            b.start_blocks,
-        );
-        let frag = |v: Option<f64>| v.map_or("unknown".to_string(), |f| format!("{f:.3}"));
-        let change = match (a.fragmentation, b.fragmentation) {
-            (Some(x), Some(y)) => format!("{:+.3}", y - x),
-            _ => "unknown".to_string(),
-        };
-        let _ = writeln!(
-            s,
-            "  {:<26} {:>14} {:>14} {change:>14}",
-            "fragmentation",
-            frag(a.fragmentation),
-            frag(b.fragmentation)
-        );
-        let _ = writeln!(
-            s,
-            "\nCall sites that grew or shrank (A at its {}, B at its {}): {} of {} shown",
-            a.moment,
-            b.moment,
-            self.sites.len(),
-            self.sites_changed
-        );
+        for [name, a, b, change] in self.rows() {
+            let _ = writeln!(s, "  {name:<26} {a:>14} {b:>14} {change:>14}");
+        }
+        let _ = writeln!(s, "\n{}", self.sites_title());
         if self.sites.is_empty() {
             let _ = writeln!(s, "  (none: every call site holds the same bytes)");
             return s;

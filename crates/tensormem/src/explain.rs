@@ -26,6 +26,7 @@ use crate::error::Error;
 use crate::model::{RecordedEvent, Snapshot};
 use crate::replay::{ReplayOptions, replay};
 use crate::top_sites::{self, Grouping, Site};
+use crate::window::Window;
 
 /// The failed request of an `oom` entry.
 #[derive(Clone, Debug, Serialize)]
@@ -120,6 +121,8 @@ pub struct ExplainOptions {
     pub top: usize,
     /// Segments to list in the text (all are in the JSON).
     pub show_segments: usize,
+    /// `--since`/`--until`: explain the first `oom` entry of the history inside this window.
+    pub window: Window,
 }
 
 impl Default for ExplainOptions {
@@ -127,6 +130,7 @@ impl Default for ExplainOptions {
         ExplainOptions {
             top: 5,
             show_segments: 8,
+            window: Window::default(),
         }
     }
 }
@@ -214,9 +218,53 @@ pub fn explain(snap: &Snapshot, file: &str, opts: &ExplainOptions) -> Result<Exp
             .position(|e| e.action == TraceAction::Oom)
             .map(|k| (d, k))
     };
-    let oom = device
-        .and_then(first_oom)
-        .or_else(|| (0..snap.traces.len()).find_map(first_oom));
+    let oom = if opts.window.is_all() {
+        device
+            .and_then(first_oom)
+            .or_else(|| (0..snap.traces.len()).find_map(first_oom))
+    } else {
+        // A window picks the first `oom` entry of the history inside it.
+        let d = device.ok_or_else(|| Error::NeedsHistory {
+            what: if opts.window.since.is_some() {
+                "--since"
+            } else {
+                "--until"
+            },
+            file: file.to_string(),
+        })?;
+        let w = opts
+            .window
+            .resolve(&snap.traces[d])?
+            .ok_or_else(|| Error::option("--since", "no window given"))?;
+        let events = &snap.traces[d];
+        let k = (w.since_event..w.until_event)
+            .find(|&k| events[k].action == TraceAction::Oom)
+            .ok_or_else(|| {
+                let all: Vec<String> = events
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| e.action == TraceAction::Oom)
+                    .map(|(k, _)| k.to_string())
+                    .collect();
+                Error::option(
+                    if opts.window.since.is_some() {
+                        "--since"
+                    } else {
+                        "--until"
+                    },
+                    format!(
+                        "no oom entry in the {} ({})",
+                        w.describe(events.len()),
+                        if all.is_empty() {
+                            "the history records none".to_string()
+                        } else {
+                            format!("the history's are at events {}", all.join(", "))
+                        }
+                    ),
+                )
+            })?;
+        Some((d, k))
+    };
     let (moment, segs, request, top_sites, advice) = match oom {
         Some((d, k)) => {
             let e = &snap.traces[d][k];

@@ -1,6 +1,7 @@
 //! `--html`: one self-contained HTML page (inline CSS and SVG, no script, nothing fetched): the
 //! memory timeline per configuration (allocated and reserved), the sweep or advise table, the
-//! top call sites, and the segment map at the reserved peak.
+//! top call sites, and the segment map at the reserved peak; for `diff`, the two snapshots side
+//! by side and the call sites that changed.
 
 use std::fmt::Write as _;
 
@@ -8,6 +9,7 @@ use c10_cuda::snapshot::{BlockState, DeviceSnapshot};
 use c10_cuda::summary::format_size;
 
 use crate::advise::Advice;
+use crate::diff::Diff;
 use crate::error::Error;
 use crate::model::Snapshot;
 use crate::replay::{Mode, Outcome, ReplayOptions, replay};
@@ -138,10 +140,11 @@ fn table(h: &mut String, t: &Table) {
     // Numbers align right, text left (judged by the first row, so a column aligns as one).
     let left: Vec<bool> = (0..t.columns.len())
         .map(|i| {
-            t.rows
-                .first()
-                .and_then(|r| r.get(i))
-                .is_none_or(|c| !c.starts_with(|ch: char| ch.is_ascii_digit()))
+            t.rows.first().and_then(|r| r.get(i)).is_none_or(|c| {
+                // A figure: a digit first, or a sign and then a digit (`+1.00 GiB`).
+                let digits = c.trim_start_matches(['+', '-']);
+                !digits.starts_with(|ch: char| ch.is_ascii_digit())
+            })
         })
         .collect();
     let class = |i: usize| {
@@ -571,6 +574,54 @@ pub fn advise_page(snap: &Snapshot, a: &Advice, top: usize) -> Result<String, Er
         path: String::new(),
         message: e,
     })
+}
+
+/// The page of `tensormem diff --html`: the two snapshots side by side (the rows of the text
+/// report, `unknown` where a state-only side cannot give a figure) and the call sites that
+/// grew or shrank, the largest change first. No timeline: the two histories have different
+/// events.
+pub fn diff_page(d: &Diff) -> String {
+    let mut page = Page {
+        title: format!("diff {} {}", d.a.file, d.b.file),
+        ..Page::default()
+    };
+    page.summary.push(format!("A: {}", d.a.file));
+    page.summary.push(format!("B: {}", d.b.file));
+    page.summary.extend(d.notes());
+    page.tables.push(Table {
+        title: "Side by side".into(),
+        columns: vec![String::new(), "A".into(), "B".into(), "change".into()],
+        rows: d.rows().into_iter().map(Vec::from).collect(),
+        note: String::new(),
+    });
+    page.tables.push(Table {
+        title: d.sites_title(),
+        columns: vec![
+            "A bytes".into(),
+            "B bytes".into(),
+            "change".into(),
+            "call site".into(),
+        ],
+        rows: d
+            .sites
+            .iter()
+            .map(|c| {
+                vec![
+                    format_size(c.a_bytes),
+                    format_size(c.b_bytes),
+                    crate::diff::signed(c.change_bytes),
+                    c.site.clone(),
+                ]
+            })
+            .collect(),
+        note: if d.sites.is_empty() {
+            "none: every call site holds the same bytes".into()
+        } else {
+            String::new()
+        },
+    });
+    // Nothing to draw: render cannot fail without curves.
+    render(&page).unwrap_or_default()
 }
 
 #[cfg(test)]

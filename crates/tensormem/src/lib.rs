@@ -8,7 +8,7 @@
 //! who holds the memory, [`advise`] searches the allocator settings, [`explain`] says why an
 //! allocation failed, [`diff`] compares two snapshots, [`report`], [`session`] and [`html`] format text, JSON and HTML, [`dump`]
 //! writes our replay in PyTorch's format; [`versions`] finds which PyTorch version's rules
-//! reproduce a recording; [`train`] runs live Dynamic Tensor Rematerialization
+//! reproduce a recording; [`window`] reads `--since`/`--until`; [`train`] runs live Dynamic Tensor Rematerialization
 //! on a small model trained on the simulated device.
 
 pub mod advise;
@@ -32,5 +32,6 @@ pub mod sweep;
 pub mod top_sites;
 pub mod train;
 pub mod versions;
+pub mod window;
 
 pub use error::Error;

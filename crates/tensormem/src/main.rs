@@ -17,6 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tensormem::session::{self, ReplayReport, ReplayRequest};
 use tensormem::size::parse_size;
 use tensormem::train::{self, BudgetChoice, Model, TrainOptions};
+use tensormem::window::Window;
 use tensormem::{advise, demo, diff, dump, explain, html, load, plot};
 
 mod dtr;
@@ -68,6 +69,17 @@ struct DiffArgs {
     /// Print the result as JSON (schema in the README).
     #[arg(long)]
     json: bool,
+    /// Also write a self-contained HTML page of the comparison to this file.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Measure from here: an event index (e.g. 1200) or a time since the trace's first event
+    /// (e.g. 1.5s, 250ms, 800us), on each history. The job still replays from its start.
+    #[arg(long, value_name = "EVENT|TIME")]
+    since: Option<String>,
+    /// Measure up to here: an event index (the events before it) or a time since the first
+    /// event (the events at or before it); the replay stops there.
+    #[arg(long, value_name = "EVENT|TIME")]
+    until: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -93,6 +105,14 @@ struct AdviseArgs {
     /// (the old behaviour: its advice can undercount the job's memory, and says so).
     #[arg(long)]
     history_only: bool,
+    /// Measure from here: an event index (e.g. 1200) or a time since the trace's first event
+    /// (e.g. 1.5s, 250ms, 800us). The job still replays from its start.
+    #[arg(long, value_name = "EVENT|TIME")]
+    since: Option<String>,
+    /// Measure up to here: an event index (the events before it) or a time since the first
+    /// event (the events at or before it); the replay stops there.
+    #[arg(long, value_name = "EVENT|TIME")]
+    until: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -108,6 +128,12 @@ struct ExplainArgs {
     /// Print the result as JSON (schema in the README).
     #[arg(long)]
     json: bool,
+    /// Explain the first oom entry at or after this event index or time (e.g. 1200, 1.5s).
+    #[arg(long, value_name = "EVENT|TIME")]
+    since: Option<String>,
+    /// Explain an oom entry before this event index, or at or before this time.
+    #[arg(long, value_name = "EVENT|TIME")]
+    until: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -229,6 +255,14 @@ struct ReplayArgs {
     /// the detected version, or the newest.
     #[arg(long, value_name = "V")]
     torch_version: Option<String>,
+    /// Measure from here: an event index (e.g. 1200) or a time since the trace's first event
+    /// (e.g. 1.5s, 250ms, 800us). The job still replays from its start.
+    #[arg(long, value_name = "EVENT|TIME")]
+    since: Option<String>,
+    /// Measure up to here: an event index (the events before it) or a time since the first
+    /// event (the events at or before it); the replay stops there.
+    #[arg(long, value_name = "EVENT|TIME")]
+    until: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -348,6 +382,8 @@ fn run_replay(args: ReplayArgs) -> Result<(String, usize), String> {
         keep_history: args.dump.is_some(),
         html: args.html.is_some(),
         torch_version: args.torch_version.clone(),
+        window: Window::parse(args.since.as_deref(), args.until.as_deref())
+            .map_err(|e| e.to_string())?,
     };
     let mut bars: Vec<(String, ProgressBar)> = Vec::new();
     let result = session::run(&snap, &name, &req, &mut |label, done, total| {
@@ -425,6 +461,8 @@ fn run_advise(args: &AdviseArgs) -> Result<(String, bool), String> {
         show: args.show,
         device: args.device,
         history_only: args.history_only,
+        window: Window::parse(args.since.as_deref(), args.until.as_deref())
+            .map_err(|e| e.to_string())?,
         ..advise::AdviseOptions::default()
     };
     let advice = advise::advise(&snap, &name, &opts).map_err(|e| e.to_string())?;
@@ -454,13 +492,24 @@ fn run_diff(args: &DiffArgs) -> Result<String, String> {
     let b_name = args.b.display().to_string();
     let a = load::load_path(&args.a).map_err(|e| e.to_string())?;
     let b = load::load_path(&args.b).map_err(|e| e.to_string())?;
-    let d = diff::diff(&a, &a_name, &b, &b_name, args.top).map_err(|e| e.to_string())?;
+    let window =
+        Window::parse(args.since.as_deref(), args.until.as_deref()).map_err(|e| e.to_string())?;
+    let d =
+        diff::diff_in(&a, &a_name, &b, &b_name, args.top, &window).map_err(|e| e.to_string())?;
+    if let Some(path) = &args.html {
+        std::fs::write(path, html::diff_page(&d))
+            .map_err(|e| format!("--html {}: {e}", path.display()))?;
+    }
     if args.json {
         let mut s = serde_json::to_string_pretty(&d).map_err(|e| e.to_string())?;
         s.push('\n');
         return Ok(s);
     }
-    Ok(d.text())
+    let mut out = d.text();
+    if let Some(p) = &args.html {
+        let _ = writeln!(out, "HTML report written to {}", p.display());
+    }
+    Ok(out)
 }
 
 /// Runs `tensormem explain` and returns the report.
@@ -470,6 +519,8 @@ fn run_explain(args: &ExplainArgs) -> Result<String, String> {
     let opts = explain::ExplainOptions {
         top: args.top,
         show_segments: args.segments,
+        window: Window::parse(args.since.as_deref(), args.until.as_deref())
+            .map_err(|e| e.to_string())?,
     };
     let e = explain::explain(&snap, &name, &opts).map_err(|e| e.to_string())?;
     if args.json {

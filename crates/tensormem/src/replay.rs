@@ -43,6 +43,10 @@ pub struct ReplayOptions {
     /// Stop before the recorded event with this index (replay a prefix: the state at that
     /// moment, e.g. just before an `oom` entry). `None` replays everything.
     pub until_event: Option<usize>,
+    /// Measure from the recorded event with this index (`--since`): the events before it are
+    /// replayed (the job ran them) but the peaks, the lower bound, the peak's event and the
+    /// series count only the state from just before it on. `None`: from the start.
+    pub since_event: Option<usize>,
     /// Stop at the first allocation our replay cannot place (a yes/no "does it fit" run).
     pub stop_at_first_oom: bool,
     /// The PyTorch version's rules and the fixes to follow (default: the newest version with
@@ -61,6 +65,7 @@ impl ReplayOptions {
             series: false,
             keep_history: false,
             until_event: None,
+            since_event: None,
             stop_at_first_oom: false,
             rules: Rules::default(),
             history_only: false,
@@ -322,6 +327,7 @@ pub fn replay(
         recorded_peak: 0,
         series: Vec::new(),
         completions: HashMap::new(),
+        measuring: opts.since_event.unwrap_or(0) == 0,
     };
     let mut start = None;
     let mut start_blocks = 0;
@@ -407,11 +413,19 @@ pub fn replay(
     let mut allocs = 0;
     let mut i = 0;
     let mut last = 0;
+    let since = opts.since_event.unwrap_or(0);
     while i < total {
         if opts.stop_at_first_oom && r.out_failed > 0 {
             break;
         }
         let e = &events[i];
+        if !r.measuring && i >= since {
+            // The window opens: the state after the events before it is its first point.
+            r.measuring = true;
+            r.lower_bound = 0;
+            r.recorded_peak = r.recorded_reserved;
+            r.sample(i - 1, events[i - 1].time_us, opts.series);
+        }
         last = i;
         match e.action {
             TraceAction::Alloc => {
@@ -593,6 +607,8 @@ struct Runner {
     /// With `keep_history`: our address of a block whose free was replayed -> the index of the
     /// recorded `free_completed` that our `free_completed` entry for it replays.
     completions: HashMap<u64, usize>,
+    /// Whether the window (`since_event`) has opened: samples before it count for nothing.
+    measuring: bool,
 }
 
 impl Runner {
@@ -650,6 +666,9 @@ impl Runner {
     }
 
     fn sample(&mut self, index: usize, time_us: Option<u64>, series: bool) {
+        if !self.measuring {
+            return;
+        }
         let reserved = self.alloc.reserved_bytes() as u64;
         let allocated = self.alloc.allocated_bytes() as u64;
         if reserved > self.peak_reserved {

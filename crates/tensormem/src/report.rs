@@ -347,6 +347,9 @@ pub struct JsonReport {
     /// With `--top`: the call sites holding the most bytes at the end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_sites_at_end: Option<Vec<Site>>,
+    /// With `--since`/`--until`: the window the peaks were measured in (absent without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<crate::window::EventWindow>,
     /// The stats at the end (the version's keys).
     pub memory_stats: BTreeMap<String, i64>,
 }
@@ -498,6 +501,7 @@ impl JsonReport {
             sweep: sweep.iter().map(JsonSweepRow::from).collect(),
             top_sites: None,
             top_sites_at_end: None,
+            window: None,
             memory_stats: main.stats_end.memory_stats(),
         }
     }

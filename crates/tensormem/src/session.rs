@@ -15,6 +15,7 @@ use crate::report::{self, JsonReport};
 use crate::size::parse_size;
 use crate::top_sites::{self, Grouping, Site};
 use crate::versions::{VersionParity, detect};
+use crate::window::{EventWindow, Window};
 use crate::{state, sweep};
 
 /// Simulated device memory when none is given: 1 TiB, more than any recording needs.
@@ -53,6 +54,8 @@ pub struct ReplayRequest {
     /// parity replay tries every supported version and keeps the one that reproduces the
     /// recording; what-if replays follow the detected version, or the newest.
     pub torch_version: Option<String>,
+    /// `--since`/`--until`: measure in this window of the history (see [`crate::window`]).
+    pub window: Window,
 }
 
 /// The call sites of a replay.
@@ -88,6 +91,8 @@ pub struct Replayed {
     pub sweep: Vec<Outcome>,
     /// With `--top`.
     pub top: Option<TopSites>,
+    /// With `--since`/`--until`: the window, resolved against the device's trace.
+    pub window: Option<EventWindow>,
 }
 
 /// One version's parity figures when the version was detected.
@@ -237,6 +242,8 @@ pub fn run(
             (req.sweep, "--sweep"),
             (req.plot, "--plot"),
             (req.keep_history, "--dump"),
+            (req.window.since.is_some(), "--since"),
+            (req.window.until.is_some(), "--until"),
         ];
         if let Some((_, flag)) = wanted.iter().find(|(on, _)| *on) {
             return Err(Error::NeedsHistory {
@@ -257,10 +264,13 @@ pub fn run(
             top,
         })));
     };
+    let window = req.window.resolve(&snap.traces[device])?;
     let opts = ReplayOptions {
         series: req.series,
         keep_history: req.keep_history,
         history_only: req.history_only,
+        since_event: window.map(|w| w.since_event),
+        until_event: window.map(|w| w.until_event),
         ..ReplayOptions::new(config.clone(), capacity, req.from_empty)
     };
     let (main, by_version) = match (req.from_empty, given) {
@@ -298,6 +308,7 @@ pub fn run(
     };
     let torch = main.rules.version;
     let config = alloc_conf_for(conf_arg, snap, torch)?;
+    let opts_window = (window.map(|w| w.since_event), window.map(|w| w.until_event));
     let sweep_rows = if req.sweep {
         let configs = sweep::standard_configs();
         let n = configs.len();
@@ -306,6 +317,8 @@ pub fn run(
             rules: Rules::new(torch),
             history_only: req.history_only,
             start: main.start.clone(),
+            since_event: opts_window.0,
+            until_event: opts_window.1,
             ..ReplayOptions::new(config.clone(), capacity, true)
         };
         sweep::sweep(snap, device, &configs, &base, &mut |k, d, t| {
@@ -341,6 +354,7 @@ pub fn run(
         main,
         sweep: sweep_rows,
         top,
+        window,
     })))
 }
 
@@ -369,6 +383,7 @@ impl ReplayReport {
             }
             ReplayReport::Replayed(r) => {
                 let mut doc = JsonReport::new(&r.file, r.device, &r.main, &r.sweep);
+                doc.window = r.window;
                 if let Some(scores) = &r.by_version {
                     doc.torch_version_detected = true;
                     doc.parity_by_version =
@@ -419,6 +434,14 @@ impl ReplayReport {
             ReplayReport::Replayed(r) => {
                 let main = &r.main;
                 out.push_str(&report::describe_file(&r.file, snap, Some(r.device)));
+                if let Some(w) = &r.window {
+                    let _ = writeln!(
+                        out,
+                        "  {}: the job replays from its start to the window's end; peaks, lower bound and \
+                         call sites are measured inside the window, counters up to its end",
+                        w.describe(snap.traces[r.device].len())
+                    );
+                }
                 if main.parity.is_some() {
                     out.push_str(&report::parity_text(main, r.capacity));
                     out.push_str(&report::version_text(r.torch, r.by_version.as_deref()));

@@ -14,6 +14,7 @@ from ._result import AdviseResult, DiffResult, ExplainResult, ReplayResult
 
 Snapshot = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, "IO[bytes]", "IO[str]", Dict[str, Any], list]
 Size = Union[int, str]
+Bound = Union[int, str]  # an event index, or a time since the first event such as "1.5s"
 Report = Dict[str, Any]
 
 __version__: str
@@ -34,6 +35,8 @@ def replay(
     stack: bool = False,
     html: Optional[Union[str, "os.PathLike[str]"]] = None,
     plot: Optional[Union[str, "os.PathLike[str]"]] = None,
+    since: Optional[Bound] = None,
+    until: Optional[Bound] = None,
 ) -> ReplayResult:
     """``tensormem replay --json``: parity (default), or the whole job from empty."""
 
@@ -43,13 +46,22 @@ def advise(
     device: Optional[int] = None,
     history_only: bool = False,
     html: Optional[Union[str, "os.PathLike[str]"]] = None,
+    since: Optional[Bound] = None,
+    until: Optional[Bound] = None,
 ) -> AdviseResult:
     """``tensormem advise --json``: the settings, best first, each verified by a full replay."""
 
-def diff(a: Snapshot, b: Snapshot, top: int = 10) -> DiffResult:
+def diff(
+    a: Snapshot,
+    b: Snapshot,
+    top: int = 10,
+    html: Optional[Union[str, "os.PathLike[str]"]] = None,
+    since: Optional[Bound] = None,
+    until: Optional[Bound] = None,
+) -> DiffResult:
     """``tensormem diff --json``: two snapshots side by side, the call sites that changed."""
 
-def explain(snap: Snapshot, top: int = 5) -> ExplainResult:
+def explain(snap: Snapshot, top: int = 5, since: Optional[Bound] = None, until: Optional[Bound] = None) -> ExplainResult:
     """``tensormem explain --json``: the verdict, the failed request, free space, the advice."""
 
 def dump(
