@@ -714,12 +714,20 @@ impl Advice {
         s
     }
 
-    /// What the replays covered, for sentences: `whole job`, or `recorded history alone`.
-    pub fn what(&self) -> &'static str {
-        if self.left_out.is_some() {
+    /// What the replays covered, for sentences: `whole job`, or `recorded history alone`;
+    /// with a window that ends before the last event, `... up to event N` (the replays stop
+    /// there).
+    pub fn what(&self) -> String {
+        let base = if self.left_out.is_some() {
             "recorded history alone"
         } else {
             "whole job"
+        };
+        match self.window {
+            Some(w) if w.until_event < self.events => {
+                format!("{base} up to event {} (the window's end)", w.until_event)
+            }
+            _ => base.to_string(),
         }
     }
 

@@ -48,6 +48,7 @@ fn a_stray_entry_is_no_history_for_advise() {
         stderr(&o),
         "tensormem: error: advise: stray.pickle holds state only (no memory history to replay)\n"
     );
+    insta::assert_snapshot!("advise_a_stray_entry", stderr(&o));
     let o = tensormem(dir.path(), &["replay", "stray.pickle", "--from-empty"]);
     assert_eq!(o.status.code(), Some(2));
 }

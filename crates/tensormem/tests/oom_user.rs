@@ -465,6 +465,7 @@ fn advise_counts_the_blocks_live_before_recording_on_lm2_7b() {
         "{text}"
     );
     assert!(!text.contains("export PYTORCH_CUDA_ALLOC_CONF"), "{text}");
+    insta::assert_snapshot!("advise_lm2.7b_trainstep_on_40gib", text);
     // The history alone, PyTorch's default on 40 GiB: it completes, over the old lower bound.
     let old = replay(
         &snap,
@@ -788,6 +789,10 @@ fn explain_names_no_setting_below_the_live_bytes() {
             .iter()
             .all(|c| c["fits"] == false)
     );
+    // The text, verdict first, as a user reads it.
+    let text = success(&tensormem(dir.path(), &["explain", "oom.pickle"]));
+    assert!(text.contains("no allocator setting fits"), "{text}");
+    insta::assert_snapshot!("explain_lm2.7b_trainstep_dumped_at_38gib", text);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -280,3 +280,42 @@ fn a_time_window_needs_times_and_a_state_only_file_has_no_window() {
         "tensormem: error: --until: opt1.3b_inference_at_oom_state.pickle holds state only (no memory history to replay)\n"
     );
 }
+
+/// The text of advise and diff on a window, as a user reads it (insta).
+#[test]
+fn advise_and_diff_text_on_a_window() {
+    let dir = synthetic_dir();
+    let a = success(&tensormem(
+        dir.path(),
+        &["advise", "synthetic.pickle", "--until", "12", "--show", "3"],
+    ));
+    insta::assert_snapshot!("advise_synthetic_until_12", a);
+    let d = success(&tensormem(
+        dir.path(),
+        &[
+            "diff",
+            "synthetic.pickle",
+            "synthetic.pickle",
+            "--since",
+            "3",
+            "--until",
+            "12",
+        ],
+    ));
+    insta::assert_snapshot!("diff_synthetic_window_3_12", d);
+    let r = success(&tensormem(
+        dir.path(),
+        &[
+            "replay",
+            "synthetic.pickle",
+            "--since",
+            "40us",
+            "--top",
+            "2",
+        ],
+    ));
+    assert!(
+        r.contains("window: events 4..15 of 16 (t+40 us .. t+150 us)"),
+        "{r}"
+    );
+}
