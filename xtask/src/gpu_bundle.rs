@@ -1,9 +1,10 @@
 //! `cargo xtask gpu-bundle`: every GPU check built here and packed for a machine that has a GPU
 //! but no Rust toolchain (the `device` tool's), with a `run.sh` that needs no cargo.
 //!
-//! The GPU test targets are found by scanning, not listed: every `crates/*/tests/*.rs` whose
-//! first lines say `#![cfg(feature = "gpu-tests")]` is one (so a new GPU test file cannot be left
-//! out; `cargo xtask gpu-test` uses the same scan). Layout of `target/gpu-bundle/`:
+//! The GPU test targets are found by scanning, not listed: every `[[test]]` entry of a
+//! `crates/*/Cargo.toml` with `required-features = ["gpu-tests"]` is one (one binary per crate,
+//! `tests/gpu/main.rs`, whose modules are the GPU test files; a new file there cannot be left out,
+//! and `cargo xtask gpu-test` uses the same scan). Layout of `target/gpu-bundle/`:
 //!
 //! ```text
 //! run.sh  report.py  manifest.json
@@ -22,9 +23,8 @@ use crate::steps::{Failure, TaskResult, cargo, root, run, tool_available};
 /// 64 MiB in all.
 pub const BUNDLE_LIMIT: u64 = 48 << 20;
 
-/// What marks a GPU-only integration test file: an inner `#![cfg(...)]` naming this feature
-/// (`#![cfg(feature = "gpu-tests")]`, or inside `all(..)` with other conditions).
-const GPU_FEATURE: &str = "feature = \"gpu-tests\"";
+/// The feature a GPU-only test target requires (`required-features` of its `[[test]]` entry).
+const GPU_FEATURE: &str = "gpu-tests";
 
 const RUN_SH: &str = include_str!("../bundle/run.sh");
 const REPORT_PY: &str = include_str!("../bundle/report.py");
@@ -40,14 +40,18 @@ const PY_SCRIPTS: [&str; 2] = [
 pub struct GpuTest {
     /// The package name (`c10-cuda-driver`).
     pub krate: String,
-    /// The test target (the file stem: `gpu_ipc`).
+    /// The test target (its `[[test]]` name: `gpu`).
     pub target: String,
+    /// Its source directory relative to the crate (`tests/gpu`): every file in it is GPU-only.
+    pub dir: PathBuf,
 }
 
-/// Every GPU-only test target of the workspace at `root`, sorted by crate then target.
+/// Every GPU-only test target of the workspace at `root`, sorted by crate then target: the
+/// `[[test]]` entries of `crates/*/Cargo.toml` whose `required-features` name `gpu-tests`.
 ///
 /// # Errors
-/// A crate folder that cannot be read, or a `Cargo.toml` without a package name.
+/// A crate folder or manifest that cannot be read, a manifest without a package name, or a GPU
+/// `[[test]]` entry without a `name` or `path`.
 pub fn gpu_test_targets(root: &Path) -> Result<Vec<GpuTest>, String> {
     let crates = root.join("crates");
     let mut out = Vec::new();
@@ -55,45 +59,78 @@ pub fn gpu_test_targets(root: &Path) -> Result<Vec<GpuTest>, String> {
     let mut dirs: Vec<PathBuf> = dirs.filter_map(|d| d.ok().map(|d| d.path())).collect();
     dirs.sort();
     for dir in dirs {
-        let tests = dir.join("tests");
-        let Ok(files) = std::fs::read_dir(&tests) else {
+        let manifest = dir.join("Cargo.toml");
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
             continue;
         };
-        let mut files: Vec<PathBuf> = files.filter_map(|f| f.ok().map(|f| f.path())).collect();
-        files.sort();
-        let mut krate = None;
-        for file in files {
-            if file.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let text =
-                std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-            if !is_gpu_test(&text) {
-                continue;
-            }
-            if krate.is_none() {
-                krate = Some(package_name(&dir.join("Cargo.toml"))?);
-            }
-            let target = file
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
+        let targets = gpu_tests_of(&text).map_err(|e| format!("{}: {e}", manifest.display()))?;
+        if targets.is_empty() {
+            continue;
+        }
+        let krate = package_name(&manifest)?;
+        for (target, path) in targets {
+            let dir = Path::new(&path)
+                .parent()
+                .map(Path::to_path_buf)
                 .unwrap_or_default();
             out.push(GpuTest {
-                krate: krate.clone().unwrap_or_default(),
+                krate: krate.clone(),
                 target,
+                dir,
             });
         }
     }
     Ok(out)
 }
 
-/// Whether a test file is GPU-only: a cfg naming the feature among its inner attributes (before
-/// any item).
-fn is_gpu_test(text: &str) -> bool {
-    text.lines()
-        .map(str::trim)
-        .take_while(|l| l.is_empty() || l.starts_with("//") || l.starts_with("#!"))
-        .any(|l| l.starts_with("#![cfg(") && l.contains(GPU_FEATURE))
+/// `(name, path)` of each `[[test]]` entry of a manifest whose `required-features` name
+/// [`GPU_FEATURE`] (a line-based reading of the TOML Cargo writes and we write: one key per line,
+/// the features list on one line).
+fn gpu_tests_of(manifest: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    let mut entry: Option<(Option<String>, Option<String>, bool)> = None;
+    let mut finish = |entry: Option<(Option<String>, Option<String>, bool)>| match entry {
+        Some((name, path, true)) => match (name, path) {
+            (Some(name), Some(path)) => {
+                out.push((name, path));
+                Ok(())
+            }
+            (name, _) => Err(format!(
+                "a [[test]] entry requiring {GPU_FEATURE} needs a name and a path ({name:?})"
+            )),
+        },
+        _ => Ok(()),
+    };
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            finish(entry.take())?;
+            if line == "[[test]]" {
+                entry = Some((None, None, false));
+            }
+            continue;
+        }
+        let Some((name, path, gpu)) = entry.as_mut() else {
+            continue;
+        };
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let value = value.trim();
+        match key.trim() {
+            "name" => *name = Some(value.trim_matches('"').to_string()),
+            "path" => *path = Some(value.trim_matches('"').to_string()),
+            "required-features" => {
+                *gpu = value
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .split(',')
+                    .any(|f| f.trim().trim_matches('"') == GPU_FEATURE);
+            }
+            _ => {}
+        }
+    }
+    finish(entry)?;
+    Ok(out)
 }
 
 /// The `name` of a manifest's `[package]`.
@@ -269,7 +306,8 @@ pub fn gpu_bundle() -> TaskResult {
     let tests = gpu_test_targets(&root).map_err(fail("gpu-bundle: scan"))?;
     if tests.is_empty() {
         return Err(fail("gpu-bundle: scan")(
-            "no GPU test file found (crates/*/tests/*.rs with #![cfg(feature = \"gpu-tests\")])"
+            "no GPU test target found (a [[test]] of crates/*/Cargo.toml with \
+             required-features = [\"gpu-tests\"])"
                 .into(),
         ));
     }
@@ -467,58 +505,105 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_scan_finds_every_gpu_test_file_of_the_workspace() {
+    fn the_scan_finds_every_gpu_test_target_of_the_workspace() {
         let found = gpu_test_targets(&root()).unwrap();
         let names: Vec<String> = found
             .iter()
-            .map(|t| format!("{}/{}", t.krate, t.target))
+            .map(|t| format!("{}/{} {}", t.krate, t.target, t.dir.display()))
             .collect();
         assert_eq!(
             names,
-            [
-                "aten/gpu",
-                "aten/gpu_pinned_ipc",
-                "c10-cuda-driver/gpu",
-                "c10-cuda-driver/gpu_interop",
-                "c10-cuda-driver/gpu_ipc",
-                "c10-cuda-driver/gpu_pinned",
-            ]
+            ["aten/gpu tests/gpu", "c10-cuda-driver/gpu tests/gpu"]
         );
-        // And no other test file of any crate mentions the feature: a GPU test that forgot the
-        // cfg line would run (and fail) in the CPU test suite instead.
+        // Exactly the GPU test files: those of the GPU targets' folders (their main.rs naming
+        // each of them as a module), and no other test file of any crate asks for the feature (a
+        // file cfg'd on it outside a GPU target would run nowhere).
+        let mut gpu_files = Vec::new();
         for dir in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
-            for file in std::fs::read_dir(dir.path().join("tests"))
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let path = file.path();
-                if path.extension().is_some_and(|e| e == "rs") {
+            let crate_dir = dir.path();
+            let gpu_dirs: Vec<PathBuf> = found
+                .iter()
+                .filter(|t| crate_dir.ends_with(crate_dir_name(&t.krate)))
+                .map(|t| crate_dir.join(&t.dir))
+                .collect();
+            let mut stack = vec![crate_dir.join("tests")];
+            while let Some(folder) = stack.pop() {
+                for file in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+                    let path = file.path();
+                    if path.is_dir() {
+                        stack.push(path);
+                        continue;
+                    }
+                    if path.extension().is_none_or(|e| e != "rs") {
+                        continue;
+                    }
                     let text = std::fs::read_to_string(&path).unwrap();
-                    let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
-                    assert_eq!(
-                        text.contains("feature = \"gpu-tests\""),
-                        found.iter().any(|t| t.target == stem),
-                        "{}",
+                    let in_gpu = gpu_dirs.iter().any(|d| path.starts_with(d));
+                    assert!(
+                        !text.contains("feature = \"gpu-tests\""),
+                        "{}: GPU tests go in a required-features target, not behind a cfg",
                         path.display()
                     );
+                    if in_gpu {
+                        let rel = path.strip_prefix(&crate_dir).unwrap().display().to_string();
+                        gpu_files.push(format!("{}/{rel}", crate_dir_name_of(&crate_dir)));
+                        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+                        if stem != "main" {
+                            let main =
+                                std::fs::read_to_string(path.with_file_name("main.rs")).unwrap();
+                            assert!(
+                                main.contains(&format!("mod {stem};")),
+                                "{} is not a module of its GPU binary",
+                                path.display()
+                            );
+                        }
+                    }
                 }
             }
         }
+        gpu_files.sort();
+        assert_eq!(
+            gpu_files,
+            [
+                "aten/tests/gpu/gpu.rs",
+                "aten/tests/gpu/gpu_pinned_ipc.rs",
+                "aten/tests/gpu/main.rs",
+                "c10-cuda-driver/tests/gpu/gpu.rs",
+                "c10-cuda-driver/tests/gpu/gpu_interop.rs",
+                "c10-cuda-driver/tests/gpu/gpu_ipc.rs",
+                "c10-cuda-driver/tests/gpu/gpu_pinned.rs",
+                "c10-cuda-driver/tests/gpu/main.rs",
+            ]
+        );
+    }
+
+    /// The folder name of a crate of this workspace (the package name, here).
+    fn crate_dir_name(krate: &str) -> &str {
+        krate
+    }
+
+    fn crate_dir_name_of(dir: &Path) -> String {
+        dir.file_name().unwrap().to_string_lossy().into_owned()
     }
 
     #[test]
-    fn gpu_test_files_are_recognized_by_their_cfg_line_only() {
-        assert!(is_gpu_test(
-            "//! doc\n//! more\n#![cfg(feature = \"gpu-tests\")]\n\nuse x;\n"
-        ));
-        assert!(!is_gpu_test(
-            "//! doc\nuse x;\n#![cfg(feature = \"gpu-tests\")]\n"
-        ));
-        assert!(is_gpu_test(
-            "//! doc\n#![cfg(all(feature = \"gpu-tests\", target_os = \"linux\"))]\n"
-        ));
-        assert!(!is_gpu_test("//! doc\n#![cfg(feature = \"other\")]\n"));
+    fn gpu_targets_are_recognized_by_their_required_features_only() {
+        let manifest = "[package]\nname = \"x\"\n\n[[test]]\nname = \"gpu\"\n\
+                        path = \"tests/gpu/main.rs\"\nrequired-features = [\"gpu-tests\"]\n\n\
+                        [[test]]\nname = \"it\"\npath = \"tests/it/main.rs\"\n\n\
+                        [[test]]\nname = \"both\"\npath = \"tests/b.rs\"\n\
+                        required-features = [\"other\", \"gpu-tests\"]\n\n\
+                        [[bench]]\nname = \"b\"\nrequired-features = [\"gpu-tests\"]\n\n\
+                        [lints]\nworkspace = true\n";
+        assert_eq!(
+            gpu_tests_of(manifest).unwrap(),
+            [
+                ("gpu".to_string(), "tests/gpu/main.rs".to_string()),
+                ("both".to_string(), "tests/b.rs".to_string()),
+            ]
+        );
+        assert!(gpu_tests_of("[[test]]\nrequired-features = [\"gpu-tests\"]\n").is_err());
+        assert!(gpu_tests_of("[[test]]\nname = \"t\"\n").unwrap().is_empty());
     }
 
     #[test]

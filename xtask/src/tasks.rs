@@ -265,7 +265,7 @@ pub fn gpu_test() -> TaskResult {
     ]);
     run("probe", probe)?;
 
-    // The same scan as the GPU bundle's: every tests/*.rs marked `#![cfg(feature = "gpu-tests")]`.
+    // The same scan as the GPU bundle's: every `[[test]]` requiring the `gpu-tests` feature.
     let targets = crate::gpu_bundle::gpu_test_targets(&root()).map_err(|reason| Failure {
         step: "gpu-tests: scan".into(),
         reason,
@@ -627,7 +627,9 @@ pub fn soak() -> TaskResult {
         "-p",
         "c10-cuda",
         "--test",
-        "proptest_allocator",
+        "it",
+        "--",
+        "proptest_allocator::",
     ])
     .env("TENSORMEM_SOAK_STEPS", "10000000");
     run("soak", c)?;

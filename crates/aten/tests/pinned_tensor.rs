@@ -1,6 +1,10 @@
 //! Pinned CPU tensors (`Tensor::pin_memory`, `Tensor::is_pinned`) and the pinned staging of
 //! the sync copies on the simulated device, through aten's pinned host allocator (PyTorch's
 //! `CachingHostAllocator`).
+//!
+//! Its own test binary on purpose (not a module of `it`): it reads the process-wide pinned host
+//! allocator's statistics, which the sync copies of other tests would change under `cargo test`
+//! (one process, many threads).
 
 use std::sync::OnceLock;
 

@@ -1,6 +1,9 @@
 //! NDArray's sync copies (MXNet's `SyncCopyFromCPU` / `SyncCopyToCPU`) on the simulated device
 //! stage through aten's pinned host allocator (PyTorch's `CachingHostAllocator`): one cached
 //! staging block serves every copy of a size, and none stays checked out.
+//!
+//! Its own test binary on purpose: it counts the process-wide pinned host allocator's
+//! statistics, which the other tests' copies would change under `cargo test` (one process).
 
 use std::sync::Arc;
 
