@@ -64,7 +64,7 @@ pub fn escape(s: &str) -> String {
 }
 
 const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;\
-color:#1d232a}div svg{max-width:100%;height:auto}h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;\
+color:#1d232a}div svg{width:100%;height:auto}h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;\
 border-bottom:1px solid #d0d7de;padding-bottom:4px}p.sum{margin:2px 0;color:#444}\
 table{border-collapse:collapse;font-size:13px;margin:8px 0}th,td{border:1px solid #d0d7de;\
 padding:3px 8px;text-align:right;white-space:nowrap}th{background:#f3f5f7}td.l,th.l{text-align:left;white-space:normal;overflow-wrap:normal;word-break:normal}\
@@ -98,8 +98,9 @@ pub fn render(page: &Page) -> Result<String, String> {
         let _ = writeln!(h, "<div>{}</div>", svg.trim());
         let _ = writeln!(
             h,
-            "<p class=\"note\">Thick lines: reserved bytes (segments held from the device); \
-             thin lines: allocated bytes (blocks handed out).</p>"
+            "<p class=\"note\">Solid lines: reserved bytes (segments held from the device; each \
+             setting is drawn thinner than the one before, so curves that coincide show as rims \
+             around each other); dashed lines: allocated bytes (blocks handed out).</p>"
         );
     }
     for t in &page.tables {
@@ -227,7 +228,7 @@ fn segment_map(h: &mut String, title: &str, snap: &DeviceSnapshot) {
     let _ = writeln!(
         h,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" \
-         viewBox=\"0 0 {WIDTH} {height}\">"
+         viewBox=\"0 0 {WIDTH} {height}\" style=\"width:100%;height:auto\">"
     );
     let scale = WIDTH / per_row as f64;
     let mut offset = 0u64;
@@ -322,12 +323,18 @@ pub fn replay_page(snap: &Snapshot, r: &Replayed, top: usize) -> Result<String, 
     };
     page.summary.push(format!(
         "{} history events on device {}; {} segments, {} reserved at the dump; simulated device memory {}",
-        main.events,
+        snap.traces[r.device].len(),
         r.device,
         snap.segments.len(),
         format_size(snap.reserved_bytes()),
         format_size(r.capacity as u64)
     ));
+    if let Some(w) = &r.window {
+        page.summary.push(format!(
+            "{}: peaks, call sites and curves measured inside it (the time axis counts from its start)",
+            w.describe(snap.traces[r.device].len())
+        ));
+    }
     if let Some(p) = &main.parity {
         page.summary.push(format!(
             "parity with PyTorch ({}): {} of {} allocations at PyTorch's address, {} of {} segment decisions identical",
@@ -449,6 +456,16 @@ pub fn state_page(snap: &Snapshot, s: &StateOnly, top: usize) -> Result<String, 
         format_size(snap.allocated_bytes()),
         s.device
     ));
+    let (reserved, allocated) = (snap.reserved_bytes(), snap.allocated_bytes());
+    if reserved > 0 {
+        // What a dump taken at an OOM can tell: how much of the reserved memory was handed out
+        // (the rest is all fragmentation could have wasted).
+        page.summary.push(format!(
+            "{:.2}% of the reserved bytes allocated; {} reserved but not allocated (the most fragmentation can waste)",
+            allocated as f64 * 100.0 / reserved as f64,
+            format_size(reserved.saturating_sub(allocated))
+        ));
+    }
     for u in crate::state::UNKNOWN_IN_STATE {
         page.summary.push(format!("unknown: {u}"));
     }

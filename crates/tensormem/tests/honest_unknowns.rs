@@ -168,6 +168,8 @@ fn a_state_only_snapshot_gets_an_html_page() {
     for part in [
         "state only (no history to replay): 3 segments, 62.00 MiB reserved",
         "unknown: peaks and totals",
+        // What an at-OOM dump can tell: how much of the reserved memory was handed out.
+        "12.91% of the reserved bytes allocated; 54.00 MiB reserved but not allocated",
         "Top call sites holding the dump&#39;s allocated blocks",
         "train.py:42:forward",
         "Segments at the dump",

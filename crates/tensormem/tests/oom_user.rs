@@ -857,6 +857,34 @@ fn html_report_of_a_replay_and_of_advise() {
     ] {
         assert!(html.contains(part), "{part}");
     }
+    // Full width: the timeline and the segment map scale to the page (seen in headless
+    // Chromium at 1400 px: both had stopped at 1200 px).
+    assert!(html.contains("div svg{width:100%;height:auto}"));
+    assert!(
+        html.contains("style=\"width:100%;height:auto\">"),
+        "segment map"
+    );
+    // No curve hidden: the sweep's reserved curves are drawn 8, 6, 4, 2 px wide in that
+    // order (each earlier one a rim around the later ones, where the default and
+    // max_split_size_mb:128 coincide), the allocated ones dashed (many 1 px pieces) on top.
+    let reserved_widths: Vec<&str> = html
+        .split("<polyline fill=\"none\" opacity=\"1\" stroke=\"#")
+        .skip(1)
+        .filter_map(|r| r.split("stroke-width=\"").nth(1)?.split('"').next())
+        .filter(|w| *w != "1")
+        .collect();
+    assert_eq!(
+        reserved_widths,
+        ["8", "6", "4", "2", "8", "6", "4", "2"],
+        "the four curves, then their legend entries"
+    );
+    let dashes = html
+        .matches("opacity=\"0.9\" stroke=\"#1F77B4\" stroke-width=\"1\"")
+        .count();
+    assert!(
+        dashes > 5,
+        "the default's allocated curve is dashed: {dashes}"
+    );
     success(&tensormem(
         dir.path(),
         &["advise", "annotated.pickle", "--html", "a.html"],

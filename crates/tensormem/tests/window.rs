@@ -318,4 +318,23 @@ fn advise_and_diff_text_on_a_window() {
         r.contains("window: events 4..15 of 16 (t+40 us .. t+150 us)"),
         "{r}"
     );
+    success(&tensormem(
+        dir.path(),
+        &[
+            "replay",
+            "synthetic.pickle",
+            "--since",
+            "4",
+            "--html",
+            "w.html",
+        ],
+    ));
+    let page = std::fs::read_to_string(dir.path().join("w.html")).expect("page");
+    assert!(
+        page.contains("16 history events on device 0;")
+            && page.contains(
+                "window: events 4..15 of 16 (t+40 us .. t+150 us): peaks, call sites and curves"
+            ),
+        "the page names its window"
+    );
 }
