@@ -578,6 +578,40 @@ fn dump<'py>(
     Ok(PyBytes::new(py, &bytes))
 }
 
+/// Reads a DTR operator log given as a path (plain or gzip), a file object, its text (a `str`
+/// starting with `{`) or its bytes (as `dtr_log` reads it); returns it and its name for
+/// messages.
+fn read_dtr_log(py: Python<'_>, log: &Bound<'_, PyAny>) -> PyResult<(checkpoint::Log, String)> {
+    use checkpoint::log;
+    let text = log
+        .cast::<PyString>()
+        .ok()
+        .map(|s| s.to_string())
+        .filter(|s| s.trim_start().starts_with('{'));
+    if let Some(text) = text {
+        return Ok((log::parse(&text).map_err(error)?, "<str>".to_string()));
+    }
+    if let Some((bytes, name)) = input_bytes(log)? {
+        let bytes = if log::is_gzip(&bytes) {
+            log::gunzip(&bytes).map_err(|e| error(format!("{name}: not a valid gzip file: {e}")))?
+        } else {
+            bytes
+        };
+        let text =
+            String::from_utf8(bytes).map_err(|_| error(format!("{name}: not UTF-8 text")))?;
+        return Ok((log::parse(&text).map_err(error)?, name));
+    }
+    if let Ok(path) = log.extract::<PathBuf>() {
+        let name = path.display().to_string();
+        let parsed = py.detach(|| log::parse_file(&path)).map_err(error)?;
+        return Ok((parsed, name));
+    }
+    let ty = log.get_type().name()?;
+    Err(error(format!(
+        "expected a path, a file object, the text or the bytes of an operator log; found {ty}"
+    )))
+}
+
 /// dtr_log(log)
 /// --
 ///
@@ -589,31 +623,8 @@ fn dump<'py>(
 /// inconsistent log) raise `TensormemError` naming the line.
 #[pyfunction]
 fn dtr_log<'py>(py: Python<'py>, log: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    use checkpoint::log::{self, Event};
-    let text = log
-        .cast::<PyString>()
-        .ok()
-        .map(|s| s.to_string())
-        .filter(|s| s.trim_start().starts_with('{'));
-    let parsed = if let Some(text) = text {
-        log::parse(&text).map_err(error)?
-    } else if let Some((bytes, name)) = input_bytes(log)? {
-        let bytes = if log::is_gzip(&bytes) {
-            log::gunzip(&bytes).map_err(|e| error(format!("{name}: not a valid gzip file: {e}")))?
-        } else {
-            bytes
-        };
-        let text =
-            String::from_utf8(bytes).map_err(|_| error(format!("{name}: not UTF-8 text")))?;
-        log::parse(&text).map_err(error)?
-    } else if let Ok(path) = log.extract::<PathBuf>() {
-        py.detach(|| log::parse_file(&path)).map_err(error)?
-    } else {
-        let ty = log.get_type().name()?;
-        return Err(error(format!(
-            "expected a path, a file object, the text or the bytes of an operator log; found {ty}"
-        )));
-    };
+    use checkpoint::log::Event;
+    let (parsed, _) = read_dtr_log(py, log)?;
     let base = py
         .detach(|| checkpoint::sim::baseline(&parsed))
         .map_err(error)?;
@@ -631,6 +642,75 @@ fn dtr_log<'py>(py: Python<'py>, log: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
     to_py(py, &doc)
 }
 
+/// Names given as one string ("window,callback") or a list of strings; `None` stays empty.
+fn names_arg(v: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Vec<String>> {
+    match v {
+        None => Ok(Vec::new()),
+        Some(v) if v.is_none() => Ok(Vec::new()),
+        Some(v) => {
+            if let Ok(s) = v.extract::<String>() {
+                return Ok(s.split(',').map(str::to_string).collect());
+            }
+            v.extract::<Vec<String>>()
+                .map_err(|_| error(format!("{what}: expected a name or a list of names")))
+        }
+    }
+}
+
+/// dtr_advise_log(log, strategies=None, heuristics=None, step=None, alloc_conf=None, overhead_limit=2.0, plot=None)
+/// --
+///
+/// The device-budget advice of a DTR operator log, as `tensormem dtr LOG --device-budget
+/// --advise --json`: per eviction strategy (default all; a name, "a,b" or a list) and
+/// heuristic (default "dtr-eq"), and for the allocator-blind run, the smallest device memory
+/// (ratio of the no-eviction peak, bytes, overhead there) at which the model trains within
+/// each overhead limit (1.1, 1.25, 1.5, 2.0, those up to `overhead_limit`, the thrashing
+/// cut), from a sweep of ratios `step, 2·step, ..., 1.0` (default 0.05) under the caching
+/// allocator (`alloc_conf`, default PyTorch's settings); `best` is the strategy needing the
+/// least memory within 1.5x. `plot=PATH` writes the SVG of `--advise --plot`. `log` is what
+/// `dtr_log` reads: a path
+/// (plain or gzip), a file object, the log's text, or its bytes.
+#[pyfunction]
+#[pyo3(signature = (log, strategies=None, heuristics=None, step=None, alloc_conf=None, overhead_limit=2.0, plot=None))]
+#[allow(clippy::too_many_arguments)]
+fn dtr_advise_log<'py>(
+    py: Python<'py>,
+    log: &Bound<'py, PyAny>,
+    strategies: Option<&Bound<'py, PyAny>>,
+    heuristics: Option<&Bound<'py, PyAny>>,
+    step: Option<f64>,
+    alloc_conf: Option<String>,
+    overhead_limit: f64,
+    plot: Option<PathBuf>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let strategies = names_arg(strategies, "strategies")?;
+    let heuristics = names_arg(heuristics, "heuristics")?;
+    let options = tensormem::dtr::advise_options(
+        &heuristics,
+        &strategies,
+        step,
+        alloc_conf.as_deref(),
+        overhead_limit,
+    )
+    .map_err(|e| {
+        error(
+            e.replace("--strategy", "strategies")
+                .replace("--heuristic", "heuristics"),
+        )
+    })?;
+    let (parsed, name) = read_dtr_log(py, log)?;
+    let doc = py
+        .detach(|| -> Result<Json, String> {
+            let a = tensormem::dtr::advise(&parsed, &name, &options)?;
+            if let Some(p) = &plot {
+                a.plot(p).map_err(|e| e.replacen("--plot", "plot", 1))?;
+            }
+            Ok(a.to_json())
+        })
+        .map_err(error)?;
+    to_py(py, &doc)
+}
+
 /// The native module `tensormem._native` (re-exported by the `tensormem` package).
 #[pymodule]
 #[pyo3(name = "_native")]
@@ -643,5 +723,6 @@ fn tensormem_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(diff, m)?)?;
     m.add_function(wrap_pyfunction!(dump, m)?)?;
     m.add_function(wrap_pyfunction!(dtr_log, m)?)?;
+    m.add_function(wrap_pyfunction!(dtr_advise_log, m)?)?;
     Ok(())
 }

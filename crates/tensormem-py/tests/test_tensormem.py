@@ -225,6 +225,47 @@ def test_dtr_log_reads_text_and_bad_logs_raise_with_the_line():
         tensormem.dtr_log(b"\x1f\x8b" + b"\0" * 30)
 
 
+def test_dtr_advise_log_answers_per_strategy_and_limit(tmp_path):
+    # A 6-layer chain of 1 MiB activations and its backward (as the CLI's tests build it).
+    mib = 1 << 20
+    lines = ['{"ANNOTATION":"START","INSTRUCTION":"ANNOTATE"}',
+             '{"INSTRUCTION":"CONSTANT","NAME":"x0"}', '{"INSTRUCTION":"MEMORY","MEMORY":"%d","NAME":"x0"}' % mib]
+
+    def call(name, args, out, t):
+        lines.append('{"ARGS":[%s],"INSTRUCTION":"CALL","NAME":"%s","RESULT":["%s"],"TIME":"%d"}'
+                     % (",".join('"%s"' % a for a in args), name, out, t))
+        lines.append('{"INSTRUCTION":"MEMORY","MEMORY":"%d","NAME":"%s"}' % (mib, out))
+        lines.append('{"ALIAS":"-1","INSTRUCTION":"ALIAS","NAME":"%s"}' % out)
+
+    for i in range(1, 7):
+        call("f", ["x%d" % (i - 1)], "x%d" % i, 10)
+    lines.append('{"ANNOTATION":"BACKWARD","INSTRUCTION":"ANNOTATE"}')
+    call("loss", ["x6"], "g6", 10)
+    for i in range(5, 0, -1):
+        call("f_backward", ["g%d" % (i + 1), "x%d" % i], "g%d" % i, 20)
+        lines.append('{"INSTRUCTION":"RELEASE","NAME":"g%d"}' % (i + 1))
+        lines.append('{"INSTRUCTION":"RELEASE","NAME":"x%d"}' % (i + 1))
+    text = "\n".join(lines) + "\n"
+    svg = tmp_path / "chain.svg"
+    a = tensormem.dtr_advise_log(text, strategies=["window"], step=0.25, overhead_limit=1.5, plot=svg)
+    assert a["peak_bytes"] == 9 * mib and a["operator_calls"] == 12
+    assert a["ratios"] == [0.25, 0.5, 0.75, 1.0] and a["limits"] == [1.1, 1.25, 1.5]
+    assert [r["run"] for r in a["advice"]] == ["window dtr-eq", "allocator-blind dtr-eq"]
+    assert [p["device_bytes"] for p in a["advice"][1]["points"]] == [
+        int(r * 9 * mib) for r in (0.25, 0.5, 0.75, 1.0)]
+    # At the whole peak nothing is evicted: the blind run's overhead there is simrd's clock
+    # (1 + the compute) over the compute.
+    base = a["baseline_compute"]
+    assert base == 6 * 10 + 10 + 5 * 20
+    assert a["advice"][1]["points"][-1]["overhead"] == (1 + base) / base
+    assert a["best"] is None or a["best"]["run"] == "window dtr-eq"
+    assert svg.read_text().startswith("<svg")
+    with pytest.raises(tensormem.TensormemError, match="strategies: unknown strategy 'belady'"):
+        tensormem.dtr_advise_log(text, strategies="belady")
+    with pytest.raises(tensormem.TensormemError, match="plot .*needs a .svg extension"):
+        tensormem.dtr_advise_log(text, plot=tmp_path / "chain.png")
+
+
 def test_whole_job_history_only_and_diff():
     d = pickle.loads(shared_snapshot("gpt2small_trainstep_steady.pickle").read_bytes())
     whole = tensormem.advise(d, device_memory="12.5GiB")

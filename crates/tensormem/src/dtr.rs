@@ -1,7 +1,9 @@
 //! `tensormem dtr LOG`: Dynamic Tensor Rematerialization simulated on one of the DTR paper's
 //! operator logs under hard budgets (the `checkpoint` crate), as a table, JSON or an SVG plot;
 //! with `--device-budget` every budget is the capacity of a simulated device under the caching
-//! allocator and each eviction strategy runs at every budget, beside the allocator-blind run.
+//! allocator and each eviction strategy runs at every budget, beside the allocator-blind run;
+//! with `--advise` the smallest device memory at which the model trains per strategy and
+//! overhead limit ([`advise`], [`DtrAdvice`]: also what `tensormem.dtr_advise` returns).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -10,8 +12,9 @@ use c10_cuda::config::AllocatorConfig;
 use checkpoint::sweep::{self, DeviceOptions, Sweep, SweepOptions};
 use checkpoint::{Heuristic, Strategy, log};
 use plotters::prelude::*;
+use serde::Serialize;
 
-use tensormem::size::parse_size;
+use crate::size::parse_size;
 
 /// Options of `tensormem dtr`.
 #[derive(clap::Args, Debug)]
@@ -38,7 +41,9 @@ pub struct DtrArgs {
     /// Print the runs as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Draw overhead against budget ratio, one line per heuristic, into an .svg file.
+    /// Draw overhead against budget ratio, one line per heuristic, into an .svg file (with
+    /// --advise: overhead against device memory per strategy, the limits and each smallest
+    /// device memory within 1.5x marked).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
     /// Scan about sqrt(n) random candidates per eviction (the prototype's sampling).
@@ -89,16 +94,20 @@ pub struct DtrArgs {
 }
 
 /// The overhead limits `--advise` reports (those up to the run's thrashing cut).
-const ADVISE_LIMITS: [f64; 4] = [1.1, 1.25, 1.5, 2.0];
+pub const ADVISE_LIMITS: [f64; 4] = [1.1, 1.25, 1.5, 2.0];
 
 /// The ratio step of `--advise` unless --step, --ratio or --budget says otherwise.
-const ADVISE_STEP: f64 = 0.05;
+pub const ADVISE_STEP: f64 = 0.05;
 
 /// The overhead limit of the smallest-budget summary (the issue's 1.5).
-const SUMMARY_OVERHEAD: f64 = 1.5;
+pub const SUMMARY_OVERHEAD: f64 = 1.5;
 
 impl DtrArgs {
-    fn options(&self) -> Result<SweepOptions, String> {
+    /// The sweep these options ask for.
+    ///
+    /// # Errors
+    /// One line naming the bad option.
+    pub fn options(&self) -> Result<SweepOptions, String> {
         let heuristics = if !self.heuristic.is_empty() {
             self.heuristic
                 .iter()
@@ -288,13 +297,13 @@ fn device_report(
     sw: &Sweep,
 ) -> Result<String, String> {
     let blind = sweep::sweep(lg, &blind_options(options)).map_err(|e| format!("{name}: {e}"))?;
+    if args.advise {
+        return advise_report(args, name, lg, options, sw, &blind);
+    }
     if let Some(p) = &args.plot {
         plot(p, name, sw, Some(&blind)).map_err(|e| format!("--plot {}: {e}", p.display()))?;
     }
     let d = options.device.as_ref().expect("a device sweep");
-    if args.advise {
-        return advise_report(args, name, lg, options, sw, &blind);
-    }
     let mut groups: Vec<(Option<Strategy>, Heuristic)> = Vec::new();
     for r in &sw.runs {
         if !groups.contains(&(r.strategy, r.heuristic)) {
@@ -392,14 +401,122 @@ fn device_report(
     Ok(out)
 }
 
-/// One `--advise` answer: the smallest ratio (and the device bytes it is) at which a strategy's
-/// runs (or the blind run's) complete within `limit`, with the overhead there.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Advice {
-    limit: f64,
-    ratio: f64,
-    device_bytes: u64,
-    overhead: f64,
+/// One `--advise` answer: the smallest ratio (and the device bytes it is) at which a run's
+/// sweep completes within `overhead_limit`, with the overhead there.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Advice {
+    /// The overhead limit (compute / baseline compute) this answer is for.
+    pub overhead_limit: f64,
+    /// The smallest budget ratio (of the no-eviction peak) that completes within the limit.
+    pub ratio: f64,
+    /// That budget: the device's capacity, bytes.
+    pub device_bytes: u64,
+    /// The run's overhead there.
+    pub overhead: f64,
+}
+
+/// One budget of a row's sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct AdvicePoint {
+    /// Budget ratio of the no-eviction peak.
+    pub ratio: f64,
+    /// The device's capacity, bytes.
+    pub device_bytes: u64,
+    /// `OK`, `OOM` or `THRASH`.
+    pub status: &'static str,
+    /// Compute / baseline compute of a completed run (`None` otherwise).
+    pub overhead: Option<f64>,
+}
+
+/// The answers for one strategy (or the allocator-blind run) and heuristic.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AdviceRow {
+    /// `"<strategy> <heuristic>"`, or `"allocator-blind <heuristic>"`.
+    pub run: String,
+    /// The strategy's name; `None` for the allocator-blind run.
+    pub strategy: Option<&'static str>,
+    /// The heuristic's name.
+    pub heuristic: &'static str,
+    /// One answer per limit of [`DtrAdvice::limits`], `None` where no budget trains within it.
+    pub smallest: Vec<Option<Advice>>,
+    /// Every budget of the sweep, smallest first.
+    pub points: Vec<AdvicePoint>,
+}
+
+/// The best device-budget answer within [`SUMMARY_OVERHEAD`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BestAdvice {
+    /// The row's [`AdviceRow::run`].
+    pub run: String,
+    /// Its answer at [`SUMMARY_OVERHEAD`].
+    #[serde(flatten)]
+    pub advice: Advice,
+}
+
+/// What `tensormem dtr --device-budget --advise` finds: per strategy and heuristic (and the
+/// allocator-blind run), the smallest device memory at which the log's model trains within
+/// each overhead limit. Its JSON form is what `--advise --json` prints and what
+/// `tensormem.dtr_advise` returns.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DtrAdvice {
+    /// The log's name (a path, or what the caller named it).
+    pub log: String,
+    /// Operator calls in the log.
+    pub operator_calls: usize,
+    /// The log's `COST` annotation (what `TIME` holds), if any.
+    pub cost: Option<String>,
+    /// The no-eviction peak, bytes (ratio 1.0).
+    pub peak_bytes: u64,
+    /// Baseline compute (summed `TIME`).
+    pub baseline_compute: u64,
+    /// The caching allocator's settings (empty: PyTorch's defaults).
+    pub alloc_conf: String,
+    /// The budget ratios swept.
+    pub ratios: Vec<f64>,
+    /// The overhead limits answered (those up to the thrashing cut).
+    pub limits: Vec<f64>,
+    /// One row per strategy and heuristic, then the allocator-blind run per heuristic.
+    pub advice: Vec<AdviceRow>,
+    /// The strategy that trains on the least device memory within [`SUMMARY_OVERHEAD`] (among
+    /// equals the least overhead); `None` when none does.
+    pub best: Option<BestAdvice>,
+}
+
+/// The sweep options of an advice: `heuristics` (default h_DTR^eq), `strategies` (default
+/// all), ratios `step, 2·step, ..., 1.0` (default [`ADVISE_STEP`]), the allocator's settings
+/// and the thrashing cut (default 2.0).
+///
+/// # Errors
+/// A message naming the bad argument (an unknown name, a step outside (0, 1], a bad allocator
+/// setting, a cut below 1) with the command's option names.
+pub fn advise_options(
+    heuristics: &[String],
+    strategies: &[String],
+    step: Option<f64>,
+    alloc_conf: Option<&str>,
+    overhead_limit: f64,
+) -> Result<SweepOptions, String> {
+    let args = DtrArgs {
+        log: PathBuf::new(),
+        ratio: None,
+        budget: None,
+        heuristic: heuristics.to_vec(),
+        sweep: false,
+        with_allocator: false,
+        json: true,
+        plot: None,
+        sampling: false,
+        ignore_small_tensors: false,
+        overhead_limit,
+        step,
+        device_budget: true,
+        strategy: strategies.to_vec(),
+        alloc_conf: alloc_conf.map(str::to_string),
+        partition: false,
+        in_place: false,
+        advise: true,
+    };
+    args.options()
 }
 
 /// The smallest completing budget within each limit of the runs `runs` selects.
@@ -413,7 +530,7 @@ fn advice<'a>(
             let (ratio, overhead) = sweep::smallest_ratio(runs.clone(), limit)?;
             let device_bytes = runs.clone().find(|r| r.ratio == ratio)?.budget_bytes;
             Some(Advice {
-                limit,
+                overhead_limit: limit,
                 ratio,
                 device_bytes,
                 overhead,
@@ -422,8 +539,351 @@ fn advice<'a>(
         .collect()
 }
 
-/// `--device-budget --advise`: per strategy (and the allocator-blind run), the smallest device
-/// memory at which the model trains within each overhead limit.
+/// The points of a row, smallest budget first.
+fn points<'a>(runs: impl Iterator<Item = &'a sweep::SweepRun>) -> Vec<AdvicePoint> {
+    let mut p: Vec<AdvicePoint> = runs
+        .map(|r| AdvicePoint {
+            ratio: r.ratio,
+            device_bytes: r.budget_bytes,
+            status: r.status().as_str(),
+            overhead: r.overhead,
+        })
+        .collect();
+    p.sort_by_key(|a| a.device_bytes);
+    p
+}
+
+/// Runs the device-budget sweep of `options` (it must have [`SweepOptions::device`]) and the
+/// allocator-blind sweep beside it, and gives the advice.
+///
+/// # Errors
+/// A message when `options` has no device budget or a sweep fails (an inconsistent log).
+pub fn advise(lg: &log::Log, name: &str, options: &SweepOptions) -> Result<DtrAdvice, String> {
+    if options.device.is_none() {
+        return Err("the advice needs a device-memory budget sweep (--device-budget)".into());
+    }
+    let sw = sweep::sweep(lg, options).map_err(|e| format!("{name}: {e}"))?;
+    let blind = sweep::sweep(lg, &blind_options(options)).map_err(|e| format!("{name}: {e}"))?;
+    Ok(advice_of(name, lg, options, &sw, &blind))
+}
+
+/// The advice from the two sweeps.
+fn advice_of(
+    name: &str,
+    lg: &log::Log,
+    options: &SweepOptions,
+    sw: &Sweep,
+    blind: &Sweep,
+) -> DtrAdvice {
+    let limits: Vec<f64> = ADVISE_LIMITS
+        .iter()
+        .copied()
+        .filter(|&l| l <= options.overhead_limit + 1e-9)
+        .collect();
+    let d = options.device.as_ref().expect("a device sweep");
+    let mut rows: Vec<AdviceRow> = Vec::new();
+    for &h in &options.heuristics {
+        for &s in &d.strategies {
+            let runs = sw
+                .runs
+                .iter()
+                .filter(move |r| r.heuristic == h && r.strategy == Some(s));
+            rows.push(AdviceRow {
+                run: format!("{} {h}", s.name()),
+                strategy: Some(s.name()),
+                heuristic: h.name(),
+                smallest: advice(runs.clone(), &limits),
+                points: points(runs),
+            });
+        }
+        let runs = blind.runs.iter().filter(move |r| r.heuristic == h);
+        rows.push(AdviceRow {
+            run: format!("allocator-blind {h}"),
+            strategy: None,
+            heuristic: h.name(),
+            smallest: advice(runs.clone(), &limits),
+            points: points(runs),
+        });
+    }
+    let best = rows
+        .iter()
+        .filter(|r| r.strategy.is_some())
+        .filter_map(|r| {
+            r.smallest
+                .iter()
+                .flatten()
+                .find(|x| (x.overhead_limit - SUMMARY_OVERHEAD).abs() < 1e-9)
+                .map(|x| (r, *x))
+        })
+        // The least memory; among equals the least overhead.
+        .min_by(|a, b| {
+            (a.1.device_bytes, a.1.overhead)
+                .partial_cmp(&(b.1.device_bytes, b.1.overhead))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })
+        .map(|(r, a)| BestAdvice {
+            run: r.run.clone(),
+            advice: a,
+        });
+    DtrAdvice {
+        log: name.to_string(),
+        operator_calls: lg.op_count(),
+        cost: lg.cost_annotation().map(str::to_string),
+        peak_bytes: sw.baseline.peak_bytes,
+        baseline_compute: sw.baseline.compute_ns,
+        alloc_conf: d.alloc_conf.to_string(),
+        ratios: options.ratios.clone(),
+        limits,
+        advice: rows,
+        best,
+    }
+}
+
+impl DtrAdvice {
+    /// As JSON (what `--advise --json` prints).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The text report of `--advise`.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{}: {} operator calls; no-eviction peak {:.3} GB ({} bytes); device budgets at \
+             ratios {:.2} to {:.2} of it under the caching allocator ({})",
+            self.log,
+            self.operator_calls,
+            self.peak_bytes as f64 / 1e9,
+            self.peak_bytes,
+            self.ratios.first().copied().unwrap_or(0.0),
+            self.ratios.last().copied().unwrap_or(0.0),
+            if self.alloc_conf.is_empty() {
+                "default"
+            } else {
+                self.alloc_conf.as_str()
+            },
+        );
+        if let Some(c) = &self.cost {
+            let _ = writeln!(
+                out,
+                "TIME holds: {c} (overheads are ratios of it; \"ms\" below is TIME / 1e6)"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "smallest device memory at which it trains, per overhead limit (ratio, GB, overhead):"
+        );
+        let width = self.advice.iter().map(|r| r.run.len()).max().unwrap_or(0);
+        let mut line = format!("{:<width$}", "run");
+        for l in &self.limits {
+            let _ = write!(line, "  {:<24}", format!("<= {l}x"));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+        for row in &self.advice {
+            let mut line = format!("{:<width$}", row.run);
+            for a in &row.smallest {
+                let cell = match a {
+                    Some(a) => format!(
+                        "{:.2} {:.3} GB {:.3}x",
+                        a.ratio,
+                        a.device_bytes as f64 / 1e9,
+                        a.overhead
+                    ),
+                    None => "does not train".into(),
+                };
+                let _ = write!(line, "  {cell:<24}");
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        match &self.best {
+            Some(b) => {
+                let a = b.advice;
+                let _ = writeln!(
+                    out,
+                    "best within {SUMMARY_OVERHEAD}x: {} trains on {:.3} GB ({} bytes, ratio {:.2}, overhead {:.3}x)",
+                    b.run,
+                    a.device_bytes as f64 / 1e9,
+                    a.device_bytes,
+                    a.ratio,
+                    a.overhead
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "no strategy trains within {SUMMARY_OVERHEAD}x at these budgets"
+                );
+            }
+        }
+        out
+    }
+
+    /// Draws the advice into `path` (`.svg`): overhead (y) against device memory in GB (x),
+    /// one line per row (the allocator-blind run dashed black; OOM and THRASH break a line),
+    /// the overhead limits as dotted lines, and each row's smallest device memory within
+    /// [`SUMMARY_OVERHEAD`] ringed.
+    ///
+    /// # Errors
+    /// A message when the extension is not `.svg`, or drawing or writing fails.
+    pub fn plot(&self, path: &Path) -> Result<(), String> {
+        check_svg(path)?;
+        let svg = self.svg_string((1000, 600))?;
+        std::fs::write(path, svg).map_err(|e| format!("--plot {}: {e}", path.display()))
+    }
+
+    /// The SVG text of [`DtrAdvice::plot`], `size` pixels.
+    ///
+    /// # Errors
+    /// A message when drawing fails.
+    pub fn svg_string(&self, size: (u32, u32)) -> Result<String, String> {
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        let gb = |b: u64| b as f64 / 1e9;
+        let x1 = self
+            .advice
+            .iter()
+            .flat_map(|r| r.points.iter().map(|p| gb(p.device_bytes)))
+            .fold(gb(self.peak_bytes), f64::max)
+            .max(1e-9)
+            * 1.02;
+        let y_top = self
+            .advice
+            .iter()
+            .flat_map(|r| r.points.iter().filter_map(|p| p.overhead))
+            .chain(self.limits.iter().copied())
+            .fold(1.1f64, f64::max);
+        // Room above the curves for the legend (one row per line, about 20 px each).
+        let plot_px = f64::from(size.1.saturating_sub(110).max(100));
+        let legend_px = ((self.advice.len() + 1) * 20 + 16) as f64;
+        let headroom = (plot_px / (plot_px - legend_px).max(plot_px / 3.0)).max(1.05);
+        let y1 = 1.0 + (y_top - 1.0) * headroom + 0.02;
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| err(&e))?;
+            let mut chart = ChartBuilder::on(&root)
+                .caption(
+                    format!("DTR device-budget advice: {}", self.log),
+                    ("sans-serif", 20),
+                )
+                .margin(12)
+                .x_label_area_size(44)
+                .y_label_area_size(60)
+                .build_cartesian_2d(0f64..x1, 1f64..y1)
+                .map_err(|e| err(&e))?;
+            chart
+                .configure_mesh()
+                .x_desc(format!(
+                    "device memory (GB); no-eviction peak {:.3} GB",
+                    gb(self.peak_bytes)
+                ))
+                .y_desc("overhead (compute / baseline)")
+                .label_style(("sans-serif", 15))
+                .axis_desc_style(("sans-serif", 15))
+                .draw()
+                .map_err(|e| err(&e))?;
+            for &l in &self.limits {
+                chart
+                    .draw_series(DashedLineSeries::new(
+                        [(0.0, l), (x1, l)],
+                        2,
+                        5,
+                        RGBColor(150, 150, 150).stroke_width(1),
+                    ))
+                    .map_err(|e| err(&e))?;
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        format!("{l}x"),
+                        (x1 * 0.005, l),
+                        ("sans-serif", 14)
+                            .into_font()
+                            .color(&RGBColor(110, 110, 110)),
+                    )))
+                    .map_err(|e| err(&e))?;
+            }
+            for (k, row) in self.advice.iter().enumerate() {
+                let blind = row.strategy.is_none();
+                let color = if blind {
+                    BLACK.to_rgba()
+                } else {
+                    Palette99::pick(k).to_rgba()
+                };
+                let mut segments: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+                for p in &row.points {
+                    match p.overhead {
+                        Some(o) => segments
+                            .last_mut()
+                            .expect("segment")
+                            .push((gb(p.device_bytes), o)),
+                        None => segments.push(Vec::new()),
+                    }
+                }
+                let label = match row
+                    .smallest
+                    .iter()
+                    .flatten()
+                    .find(|a| (a.overhead_limit - SUMMARY_OVERHEAD).abs() < 1e-9)
+                {
+                    Some(a) => format!(
+                        "{}: {:.3} GB within {SUMMARY_OVERHEAD}x",
+                        row.run,
+                        gb(a.device_bytes)
+                    ),
+                    None => format!("{}: none within {SUMMARY_OVERHEAD}x", row.run),
+                };
+                let mut labelled = false;
+                for seg in segments.into_iter().filter(|s| !s.is_empty()) {
+                    chart
+                        .draw_series(
+                            seg.iter()
+                                .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
+                        )
+                        .map_err(|e| err(&e))?;
+                    let series = if blind {
+                        chart.draw_series(DashedLineSeries::new(seg, 6, 4, color.stroke_width(2)))
+                    } else {
+                        chart.draw_series(LineSeries::new(seg, color.stroke_width(2)))
+                    }
+                    .map_err(|e| err(&e))?;
+                    if !labelled {
+                        labelled = true;
+                        series.label(label.clone()).legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                        });
+                    }
+                }
+                if let Some(a) = row
+                    .smallest
+                    .iter()
+                    .flatten()
+                    .find(|a| (a.overhead_limit - SUMMARY_OVERHEAD).abs() < 1e-9)
+                {
+                    chart
+                        .draw_series(std::iter::once(Circle::new(
+                            (gb(a.device_bytes), a.overhead),
+                            7,
+                            color.stroke_width(2),
+                        )))
+                        .map_err(|e| err(&e))?;
+                }
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .label_font(("sans-serif", 16))
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| err(&e))?;
+            root.present().map_err(|e| err(&e))?;
+        }
+        Ok(svg)
+    }
+}
+
+/// `--device-budget --advise`: the advice's text or JSON, and its plot.
 fn advise_report(
     args: &DtrArgs,
     name: &str,
@@ -432,125 +892,16 @@ fn advise_report(
     sw: &Sweep,
     blind: &Sweep,
 ) -> Result<String, String> {
-    let limits: Vec<f64> = ADVISE_LIMITS
-        .iter()
-        .copied()
-        .filter(|&l| l <= options.overhead_limit + 1e-9)
-        .collect();
-    let d = options.device.as_ref().expect("a device sweep");
-    let mut rows: Vec<(String, Vec<Option<Advice>>)> = Vec::new();
-    for &h in &options.heuristics {
-        for &s in &d.strategies {
-            let runs = sw
-                .runs
-                .iter()
-                .filter(move |r| r.heuristic == h && r.strategy == Some(s));
-            rows.push((format!("{} {h}", s.name()), advice(runs, &limits)));
-        }
-        let runs = blind.runs.iter().filter(move |r| r.heuristic == h);
-        rows.push((format!("allocator-blind {h}"), advice(runs, &limits)));
+    let a = advice_of(name, lg, options, sw, blind);
+    if let Some(p) = &args.plot {
+        a.plot(p)?;
     }
-    let peak = sw.baseline.peak_bytes;
     if args.json {
-        let doc = serde_json::json!({
-            "log": name,
-            "operator_calls": lg.op_count(),
-            "peak_bytes": peak,
-            "alloc_conf": d.alloc_conf.to_string(),
-            "ratios": options.ratios,
-            "limits": limits,
-            "advice": rows.iter().map(|(who, answers)| serde_json::json!({
-                "run": who,
-                "smallest": answers.iter().map(|a| a.map(|a| serde_json::json!({
-                    "overhead_limit": a.limit,
-                    "ratio": a.ratio,
-                    "device_bytes": a.device_bytes,
-                    "overhead": a.overhead,
-                }))).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-        });
-        return serde_json::to_string_pretty(&doc)
+        return serde_json::to_string_pretty(&a)
             .map(|s| s + "\n")
             .map_err(|e| e.to_string());
     }
-    let conf = d.alloc_conf.to_string();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{name}: {} operator calls; no-eviction peak {:.3} GB ({peak} bytes); device budgets at \
-         ratios {:.2} to {:.2} of it under the caching allocator ({})",
-        lg.op_count(),
-        peak as f64 / 1e9,
-        options.ratios.first().copied().unwrap_or(0.0),
-        options.ratios.last().copied().unwrap_or(0.0),
-        if conf.is_empty() {
-            "default"
-        } else {
-            conf.as_str()
-        },
-    );
-    cost_line(&mut out, lg);
-    let _ = writeln!(
-        out,
-        "smallest device memory at which it trains, per overhead limit (ratio, GB, overhead):"
-    );
-    let width = rows.iter().map(|(w, _)| w.len()).max().unwrap_or(0);
-    let mut line = format!("{:<width$}", "run");
-    for l in &limits {
-        let _ = write!(line, "  {:<24}", format!("<= {l}x"));
-    }
-    out.push_str(line.trim_end());
-    out.push('\n');
-    for (who, answers) in &rows {
-        let mut line = format!("{who:<width$}");
-        for a in answers {
-            let cell = match a {
-                Some(a) => format!(
-                    "{:.2} {:.3} GB {:.3}x",
-                    a.ratio,
-                    a.device_bytes as f64 / 1e9,
-                    a.overhead
-                ),
-                None => "does not train".into(),
-            };
-            let _ = write!(line, "  {cell:<24}");
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    let best = rows
-        .iter()
-        .filter(|(w, _)| !w.starts_with("allocator-blind"))
-        .filter_map(|(w, a)| {
-            a.iter()
-                .flatten()
-                .find(|x| (x.limit - SUMMARY_OVERHEAD).abs() < 1e-9)
-                .map(|x| (w, *x))
-        })
-        // The least memory; among equals the least overhead.
-        .min_by(|a, b| {
-            (a.1.device_bytes, a.1.overhead)
-                .partial_cmp(&(b.1.device_bytes, b.1.overhead))
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-    match best {
-        Some((who, a)) => {
-            let _ = writeln!(
-                out,
-                "best within {SUMMARY_OVERHEAD}x: {who} trains on {:.3} GB ({} bytes, ratio {:.2}, overhead {:.3}x)",
-                a.device_bytes as f64 / 1e9,
-                a.device_bytes,
-                a.ratio,
-                a.overhead
-            );
-        }
-        None => {
-            let _ = writeln!(
-                out,
-                "no strategy trains within {SUMMARY_OVERHEAD}x at these budgets"
-            );
-        }
-    }
+    let mut out = a.text();
     if let Some(p) = &args.plot {
         let _ = writeln!(out, "plot written to {}", p.display());
     }
@@ -973,6 +1324,84 @@ mod tests {
         );
         // --advise needs --device-budget.
         assert!(Wrap::try_parse_from(["dtr", path, "--advise"]).is_err());
+    }
+
+    #[test]
+    fn advise_best_points_plot_and_library_agree() {
+        let p = write_log("chain12-advise-plot.log", &chain_log_of(12 << 20));
+        let path = p.to_str().unwrap();
+        let line = [
+            path,
+            "--device-budget",
+            "--advise",
+            "--strategy",
+            "window,callback",
+        ];
+        let printed = run(&args(&[&line[..], &["--json"]].concat())).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&printed).unwrap();
+        let rows = doc["advice"].as_array().unwrap();
+        assert_eq!(
+            rows.iter()
+                .map(|r| r["run"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["window dtr-eq", "callback dtr-eq", "allocator-blind dtr-eq"]
+        );
+        assert_eq!(rows[2]["strategy"], serde_json::Value::Null);
+        for r in rows {
+            // Every budget of the sweep, smallest first; an OK point has an overhead.
+            let pts = r["points"].as_array().unwrap();
+            assert_eq!(pts.len(), 20);
+            for w in pts.windows(2) {
+                assert!(w[0]["device_bytes"].as_u64() < w[1]["device_bytes"].as_u64());
+            }
+            for p in pts {
+                assert_eq!(p["status"] == "OK", p["overhead"].is_number(), "{p}");
+            }
+            // The answer at 1.5 is the smallest OK point within 1.5.
+            let within = pts
+                .iter()
+                .find(|p| p["overhead"].as_f64().is_some_and(|o| o <= 1.5));
+            assert_eq!(
+                r["smallest"][2]["device_bytes"],
+                within.map_or(serde_json::Value::Null, |p| p["device_bytes"].clone())
+            );
+        }
+        // The best is the strategy row needing the least memory within 1.5x.
+        let least = rows[..2]
+            .iter()
+            .filter_map(|r| r["smallest"][2]["device_bytes"].as_u64())
+            .min();
+        assert_eq!(doc["best"]["device_bytes"].as_u64(), least);
+        assert_eq!(doc["best"]["overhead_limit"], 1.5);
+        // The library gives the same document.
+        let lg = log::parse_file(&p).unwrap();
+        let options =
+            advise_options(&[], &["window".into(), "callback".into()], None, None, 2.0).unwrap();
+        let lib = advise(&lg, path, &options).unwrap();
+        assert_eq!(serde_json::to_string_pretty(&lib).unwrap() + "\n", printed);
+        assert_eq!(
+            advise_options(&[], &["belady".into()], None, None, 2.0).unwrap_err(),
+            "--strategy: unknown strategy 'belady' (use callback, window, window-total, window-score, window-first or window-deficit)"
+        );
+        // --plot draws overhead against device memory, one labelled line per row.
+        let svg = p.with_extension("svg");
+        let out = run(&args(
+            &[&line[..], &["--plot", svg.to_str().unwrap()]].concat(),
+        ))
+        .unwrap();
+        assert!(
+            out.ends_with(&format!("plot written to {}\n", svg.display())),
+            "{out}"
+        );
+        let drawn = std::fs::read_to_string(&svg).unwrap();
+        assert!(drawn.starts_with("<svg"), "{}", &drawn[..60]);
+        assert!(drawn.contains("device memory (GB)"));
+        for r in rows {
+            assert!(drawn.contains(r["run"].as_str().unwrap()), "{}", r["run"]);
+        }
+        assert!(drawn.contains("within 1.5x"));
+        let e = run(&args(&[&line[..], &["--plot", "advice.png"]].concat())).unwrap_err();
+        assert_eq!(e, "--plot advice.png: the plot file needs a .svg extension");
     }
 
     #[test]

@@ -8,12 +8,14 @@
 //! who holds the memory, [`advise`] searches the allocator settings, [`explain`] says why an
 //! allocation failed, [`diff`] compares two snapshots, [`report`], [`session`] and [`html`] format text, JSON and HTML, [`dump`]
 //! writes our replay in PyTorch's format; [`versions`] finds which PyTorch version's rules
-//! reproduce a recording; [`window`] reads `--since`/`--until`; [`train`] runs live Dynamic Tensor Rematerialization
+//! reproduce a recording; [`window`] reads `--since`/`--until`; [`dtr`] simulates Dynamic Tensor
+//! Rematerialization on an operator log (`tensormem dtr`, and its `--advise`); [`train`] runs live Dynamic Tensor Rematerialization
 //! on a small model trained on the simulated device.
 
 pub mod advise;
 pub mod demo;
 pub mod diff;
+pub mod dtr;
 pub mod dump;
 pub mod error;
 pub mod explain;

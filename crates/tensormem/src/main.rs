@@ -18,9 +18,7 @@ use tensormem::session::{self, ReplayReport, ReplayRequest};
 use tensormem::size::parse_size;
 use tensormem::train::{self, BudgetChoice, Model, TrainOptions};
 use tensormem::window::Window;
-use tensormem::{advise, demo, diff, dump, explain, html, load, plot};
-
-mod dtr;
+use tensormem::{advise, demo, diff, dtr, dump, explain, html, load, plot};
 
 /// Replay real PyTorch memory snapshots through a Rust re-implementation of PyTorch's CUDA
 /// caching allocator, and report what happened and what would happen under other settings.

@@ -8,7 +8,7 @@ table). Sizes are bytes (``int``) or text such as ``"40GiB"``. Errors raise ``Te
 """
 
 import os
-from typing import IO, Any, Dict, Optional, Union
+from typing import IO, Any, Dict, Optional, Sequence, Union
 
 from ._result import AdviseResult, DiffResult, ExplainResult, ReplayResult
 
@@ -75,3 +75,15 @@ def dump(
 
 def dtr_log(log: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, "IO[bytes]", "IO[str]"]) -> Report:
     """A DTR operator log's no-eviction figures, read as ``tensormem dtr`` reads it."""
+
+def dtr_advise_log(
+    log: Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, "IO[bytes]", "IO[str]"],
+    strategies: Optional[Union[str, Sequence[str]]] = None,
+    heuristics: Optional[Union[str, Sequence[str]]] = None,
+    step: Optional[float] = None,
+    alloc_conf: Optional[str] = None,
+    overhead_limit: float = 2.0,
+    plot: Optional[Union[str, "os.PathLike[str]"]] = None,
+) -> Report:
+    """``tensormem dtr LOG --device-budget --advise --json``: per strategy and for the
+    allocator-blind run, the smallest device memory that trains within each overhead limit."""
