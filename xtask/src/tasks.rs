@@ -429,11 +429,7 @@ pub fn loom() -> TaskResult {
         "--release",
         "--locked",
         "--test",
-        "loom_var",
-        "--test",
-        "loom_opr",
-        "--test",
-        "loom_naive",
+        "loom",
     ])
     .env("RUSTFLAGS", "--cfg loom")
     .env("CARGO_TARGET_DIR", target);

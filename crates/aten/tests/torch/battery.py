@@ -4,7 +4,7 @@
 Each case names an operation, its inputs (a dtype, the values of a contiguous base tensor and a
 chain of views over it, so transposed, sliced, offset, expanded and as_strided inputs are
 exact), and what torch returned: the result's dtype, shape, strides and values, or the first
-line of torch's error. `crates/aten/tests/torch_battery.rs` rebuilds each input with aten's view
+line of torch's error. `crates/aten/tests/it/torch_battery.rs` rebuilds each input with aten's view
 functions, runs aten's operation and compares.
 
 The file: {"torch": VERSION, "generator": PATH, "cases": [CASE, ...]}, one case a line, each

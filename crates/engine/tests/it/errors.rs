@@ -3,7 +3,7 @@
 //! errors from async completions, panics, dropped completions; the naive engine reports from
 //! the push itself.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

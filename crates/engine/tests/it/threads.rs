@@ -5,7 +5,7 @@
 //! checks are counters and orderings (a bounded wait only widens the window in which a broken
 //! engine would show the overlap).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Condvar, Mutex};

@@ -4,7 +4,7 @@
 //! op running now, and an op body that pushes and waits on its own engine (re-entering the
 //! lock) neither deadlocks nor lets another thread's op in.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" cargo test -p engine --release --test loom_naive`
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p engine --release --test loom`
 //! (`cargo xtask loom`).
 
 #![cfg(loom)]

@@ -2,7 +2,7 @@
 //! never overtakes a queued write, `wait_for_var` cases, versions; plus priorities, routing of
 //! `FnProperty` kinds to per-device workers and their streams, operators, `Async` inline.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

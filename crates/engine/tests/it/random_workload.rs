@@ -3,7 +3,7 @@
 //! every engine too, pushes from many threads at once: random workloads pushed by several
 //! threads on shared variables equal a serial replay, and each thread's order holds.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

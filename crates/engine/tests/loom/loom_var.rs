@@ -3,7 +3,7 @@
 //! of reads and writes never let a writer overlap another user, never lose or duplicate an op,
 //! and leave the right version.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" cargo test -p engine --release --test loom_var`
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p engine --release --test loom`
 //! (`cargo xtask loom`).
 
 #![cfg(loom)]

@@ -2,7 +2,7 @@
 //! ops (no use after free, later pushes refused), stop/start and shutdown with work in flight
 //! (nothing lost, no hang), re-entrant waits from inside an op (an error, never a hang).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! variables while other threads complete the ops that hold them starts exactly once, only
 //! after both are released, never half-registered.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" cargo test -p engine --release --test loom_opr`
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p engine --release --test loom`
 //! (`cargo xtask loom`).
 
 #![cfg(loom)]
