@@ -346,7 +346,7 @@ pub fn replay(
                 needed,
             });
         }
-        for seg in &st.segments {
+        for seg in st.segments.iter().filter(|s| !s.expandable) {
             r.sim.script_malloc(seg.address, seg.size as usize);
             let ours = r
                 .alloc
@@ -373,6 +373,33 @@ pub fn replay(
                 cursor += b.size as u64;
             }
             debug_assert_eq!(cursor, seg.address + seg.size);
+        }
+        // Expandable segments cannot be imported (a plain segment would never grow): their
+        // live blocks are allocated in address order under the recorded setting, which maps
+        // what the recording had mapped when it began when those blocks tiled it (as in our
+        // own whole-job dumps), and addresses inside compare as offsets from its start.
+        for seg in st.segments.iter().filter(|s| s.expandable) {
+            let end = seg.address + seg.size;
+            let inside: Vec<&crate::start_state::StartBlock> = st
+                .live
+                .iter()
+                .filter(|b| b.address >= seg.address && b.address < end)
+                .collect();
+            let mut base = None;
+            for b in inside {
+                r.start_step(b)?;
+                if base.is_none() {
+                    if let Some(&(Some(ptr), _, _)) = r.live.get(&b.address) {
+                        base = Some(ptr - (b.address - seg.address));
+                    }
+                }
+                start_blocks += 1;
+                start_bytes += b.requested;
+            }
+            if let Some(ours) = base {
+                r.segs.insert(seg.address, seg.size, ours);
+            }
+            r.recorded_reserved += seg.size;
         }
         r.recorded_peak = r.recorded_reserved;
         start = Some(st);
@@ -779,7 +806,12 @@ impl Runner {
             match (recorded.get(k), ours.get(k)) {
                 (Some(rec), Some(our)) if rec.action == our.action && rec.size == our.size => {
                     matched += 1;
-                    if rec.action == TraceAction::SegmentAlloc {
+                    // A new segment, or a new mapping of an expandable one: addresses inside
+                    // it compare as the same offset into it.
+                    if matches!(
+                        rec.action,
+                        TraceAction::SegmentAlloc | TraceAction::SegmentMap
+                    ) {
                         self.segs.insert(rec.addr, rec.size, our.addr);
                     }
                 }
@@ -792,8 +824,11 @@ impl Runner {
                     });
                     self.diverge(i, show_rec, show_our);
                     if let (Some(rec), Some(our)) = (rec, our) {
-                        if rec.action == TraceAction::SegmentAlloc
-                            && our.action == TraceAction::SegmentAlloc
+                        if rec.action == our.action
+                            && matches!(
+                                rec.action,
+                                TraceAction::SegmentAlloc | TraceAction::SegmentMap
+                            )
                         {
                             self.segs.insert(rec.addr, rec.size, our.addr);
                         }

@@ -6,7 +6,12 @@
 //! ever allocating them, plus the dump's allocated blocks the trace never touches. Everything
 //! else inside a start segment was free (and, by the merge rule, one free block per gap).
 //!
-//! Parity replays import the segments at their recorded places; what-if replays of the whole
+//! An expandable segment (`is_expandable`) grows and shrinks by `segment_map`/`segment_unmap`
+//! inside the trace: its start size is the dump's mapped bytes minus the trace's net mapping in
+//! its address range, and it is left out when nothing was mapped yet.
+//!
+//! Parity replays import the segments at their recorded places (an expandable one is rebuilt
+//! by allocating its live blocks in address order); what-if replays of the whole
 //! job allocate [`StartState::live`] first, under the what-if setting, then replay the history
 //! (see [`crate::replay::ReplayOptions::history_only`]).
 
@@ -33,6 +38,10 @@ pub struct StartSegment {
     pub stream: u64,
     /// Its blocks in address order, tiling it exactly.
     pub blocks: Vec<ImportBlock>,
+    /// An expandable segment (`expandable_segments:True`): `size` is what was mapped when
+    /// recording began. Parity replays rebuild it by allocating its live blocks in address
+    /// order under the recorded setting (an imported plain segment could not grow).
+    pub expandable: bool,
 }
 
 /// A block live when recording began.
@@ -92,7 +101,7 @@ pub fn start_state(snapshot: &Snapshot, device: usize, config: &AllocatorConfig)
     let empty = Vec::new();
     let events: &Vec<RecordedEvent> = snapshot.traces.get(device).unwrap_or(&empty);
     let mut alive_in_trace: HashSet<u64> = HashSet::new();
-    let mut segments: BTreeMap<u64, (u64, bool, u64)> = BTreeMap::new();
+    let mut segments: BTreeMap<u64, (u64, bool, u64, bool)> = BTreeMap::new();
     let mut first_touch: HashMap<u64, (TraceAction, u64, u64)> = HashMap::new();
     for e in events {
         match e.action {
@@ -100,7 +109,10 @@ pub fn start_state(snapshot: &Snapshot, device: usize, config: &AllocatorConfig)
                 alive_in_trace.insert(e.addr);
             }
             TraceAction::SegmentFree if !alive_in_trace.remove(&e.addr) => {
-                segments.insert(e.addr, (e.size, e.size == SMALL_BUFFER as u64, e.stream));
+                segments.insert(
+                    e.addr,
+                    (e.size, e.size == SMALL_BUFFER as u64, e.stream, false),
+                );
             }
             TraceAction::Alloc | TraceAction::FreeRequested => {
                 first_touch
@@ -123,15 +135,48 @@ pub fn start_state(snapshot: &Snapshot, device: usize, config: &AllocatorConfig)
             );
         }
     }
-    for s in snapshot
+    let on_device: Vec<&crate::model::RecordedSegment> = snapshot
         .segments
         .iter()
         .filter(|s| s.device as usize == device)
-    {
+        .collect();
+    for s in &on_device {
         if alive_in_trace.contains(&s.address) {
             continue;
         }
-        segments.insert(s.address, (s.total_size, !s.is_large, s.stream));
+        let mut size = s.total_size;
+        if s.is_expandable {
+            // An expandable segment grows and shrinks by segment_map/segment_unmap inside the
+            // trace: what was mapped when recording began is the dump's mapped bytes minus
+            // the trace's net mapping inside its address range (up to the next segment). It
+            // used to be taken whole, so a whole-job dump of our own (everything mapped
+            // inside the trace) replayed with its memory mapped twice and 0 segment decisions
+            // matching.
+            let end = on_device
+                .iter()
+                .map(|o| o.address)
+                .filter(|&a| a > s.address)
+                .min()
+                .unwrap_or(u64::MAX);
+            let inside = |e: &&RecordedEvent| e.addr >= s.address && e.addr < end;
+            let mapped: u64 = events
+                .iter()
+                .filter(inside)
+                .filter(|e| e.action == TraceAction::SegmentMap)
+                .map(|e| e.size)
+                .sum();
+            let unmapped: u64 = events
+                .iter()
+                .filter(inside)
+                .filter(|e| e.action == TraceAction::SegmentUnmap)
+                .map(|e| e.size)
+                .sum();
+            size = (size + unmapped).saturating_sub(mapped);
+            if size == 0 {
+                continue;
+            }
+        }
+        segments.insert(s.address, (size, !s.is_large, s.stream, s.is_expandable));
         for b in &s.blocks {
             let held = matches!(
                 b.state,
@@ -151,7 +196,7 @@ pub fn start_state(snapshot: &Snapshot, device: usize, config: &AllocatorConfig)
     }
     let mut out = StartState::default();
     let mut placed = 0usize;
-    for (&address, &(size, small, stream)) in &segments {
+    for (&address, &(size, small, stream, expandable)) in &segments {
         let end = address + size;
         let inside: Vec<(u64, Live)> = live.range(address..end).map(|(&a, &l)| (a, l)).collect();
         let mut blocks = Vec::new();
@@ -204,6 +249,7 @@ pub fn start_state(snapshot: &Snapshot, device: usize, config: &AllocatorConfig)
             small,
             stream,
             blocks,
+            expandable,
         });
     }
     out.live_blocks = placed;
