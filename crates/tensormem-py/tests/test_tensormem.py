@@ -432,8 +432,11 @@ def test_results_are_dicts_with_a_notebook_display(tmp_path):
     assert "<td>allocations at the recorded address</td><td class=\"n\">3 of 3</td>" in html
     assert "<td>peak reserved</td><td class=\"n\">20.00 MiB</td>" in html
     assert "/home/me/model.py:7:forward" in html
+    assert "<td>recorded peak reserved</td><td class=\"n\">20.00 MiB</td>" in html
     sweep = tensormem.replay(d, from_empty=True, sweep=True)._repr_html_()
     assert "<b>What-if replays</b>" in sweep and "expandable_segments:True" in sweep
+    assert "recorded peak reserved" not in sweep  # no recording to compare with in what-if mode
+    assert "<td>window (events)</td><td class=\"n\">2..4</td>" in tensormem.replay(d, since=2, until=5)._repr_html_()
     state = synthetic()
     del state["device_traces"]
     s = tensormem.replay(state)._repr_html_()

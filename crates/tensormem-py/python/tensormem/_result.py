@@ -116,14 +116,19 @@ class ReplayResult(Result):
             ("config", self.get("config")),
             ("history events", self.get("events")),
         ]
+        w = self.get("window")
+        if w:
+            rows.append(("window (events)", f"{w['since_event']}..{w['until_event'] - 1}"))
         if p:
             rows.append(("allocations at the recorded address", f"{p['alloc_address_match']} of {p['alloc_total']}"))
             rows.append(
                 ("segment decisions as recorded", f"{p['segment_decision_match']} of {p['segment_decision_total']}")
             )
+        rows.append(("peak reserved", format_size(self.get("peak_reserved_bytes"))))
+        if p:
+            # Only a parity replay has a recording to compare with (null in what-if mode).
+            rows.append(("recorded peak reserved", format_size(self.get("recorded_peak_reserved_bytes"))))
         rows += [
-            ("peak reserved", format_size(self.get("peak_reserved_bytes"))),
-            ("recorded peak reserved", format_size(self.get("recorded_peak_reserved_bytes"))),
             ("peak allocated", format_size(self.get("peak_allocated_bytes"))),
             ("lower bound (peak of live bytes)", format_size(self.get("lower_bound_bytes"))),
             ("device mallocs", self.get("device_mallocs")),
