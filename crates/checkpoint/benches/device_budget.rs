@@ -12,7 +12,11 @@
 //! Target (issue 11): the 10-ratio `window` sweep of the largest shared log (LSTM, 7798 calls)
 //! under 5 s on the 2-core development machine, against `callback` (the heuristic alone, no
 //! allocator view) in the same run; issue 28: the same for the largest log of the recorded
-//! corpus (`corpus/lstm-32.log.gz`, committed: it runs without the shared data too).
+//! corpus (`corpus/lstm-32.log.gz`, committed: it runs without the shared data too). Every
+//! sweep runs its budgets one after the other (`threads: Some(1)`), except
+//! `lstm-32/window/all-cores`, the same sweep on every core (`threads: None`, the default of
+//! `tensormem dtr`). A name given on the command line (criterion's filter) also narrows the
+//! table: `cargo bench -p checkpoint --bench device_budget -- lstm-32/window`.
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -54,14 +58,29 @@ fn load(dir: &std::path::Path, prefix: &str) -> log::Log {
     log::parse_file(&paths[0]).expect("log parses")
 }
 
-fn options(strategy: Strategy) -> SweepOptions {
+/// The sweep of `strategy` on `threads` threads (`None`: every core).
+fn options(strategy: Strategy, threads: Option<usize>) -> SweepOptions {
     SweepOptions {
         device: Some(DeviceOptions {
             strategies: vec![strategy],
             ..DeviceOptions::default()
         }),
+        threads,
         ..SweepOptions::default()
     }
+}
+
+/// The benchmark names asked for on the command line (criterion's filter); empty: all.
+fn filters() -> Vec<String> {
+    std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect()
+}
+
+fn wanted(name: &str) -> bool {
+    let f = filters();
+    f.is_empty() || f.iter().any(|x| name.contains(x.as_str()))
 }
 
 /// Whole-sweep times, blocks scanned and search time per block.
@@ -76,7 +95,10 @@ fn table(dir: Option<&std::path::Path>) {
     logs.push((CORPUS_LARGEST.to_string(), corpus_log(CORPUS_LARGEST)));
     for (name, lg) in &logs {
         for strategy in [Strategy::Window, Strategy::Callback] {
-            let o = options(strategy);
+            if !wanted(&format!("{name}/{strategy}")) {
+                continue;
+            }
+            let o = options(strategy, Some(1));
             let mut best = f64::INFINITY;
             let mut last = None;
             for _ in 0..3 {
@@ -124,8 +146,15 @@ fn bench(c: &mut Criterion) {
     logs.push((CORPUS_LARGEST.to_string(), corpus_log(CORPUS_LARGEST)));
     for (name, lg) in &logs {
         for strategy in [Strategy::Window, Strategy::Callback] {
-            let o = options(strategy);
+            let o = options(strategy, Some(1));
             group.bench_function(format!("{name}/{strategy}"), |b| {
+                b.iter(|| black_box(sweep::sweep(lg, &o).expect("sweep")))
+            });
+        }
+        if name == CORPUS_LARGEST {
+            // The same sweep with its ten runs spread over every core.
+            let o = options(Strategy::Window, None);
+            group.bench_function(format!("{name}/window/all-cores"), |b| {
                 b.iter(|| black_box(sweep::sweep(lg, &o).expect("sweep")))
             });
         }

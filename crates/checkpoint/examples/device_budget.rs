@@ -14,7 +14,9 @@
 //! Run: `cargo run --release -p checkpoint --example device_budget [LOG ...]` (a log is a
 //! shared-log prefix such as `unet`, or a corpus stem such as `resnet50-32`; default all);
 //! `STRATEGIES=window,callback` narrows the strategies, `LAYOUTS=default,expandable` asks for
-//! the detailed tables (`LAYOUTS=all`: every layout).
+//! the detailed tables (`LAYOUTS=all`: every layout); `STATUS=1` prints per log and ratio how
+//! each run ended (the overhead, or OOM/THRASH with the phase and the share of the log where
+//! it stopped, the misses, evictions and remats), to find why a strategy misses.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -220,6 +222,9 @@ fn main() {
                 ));
             }
         }
+        if std::env::var("STATUS").is_ok_and(|v| v == "1") {
+            status_table(&name, &lg, &blind, &plain, &strategies);
+        }
         summary.push((name.clone(), half, ideal, cells, window));
         if let Some(only) = &layouts {
             detail(&name, &lg, &plain, &blind, &strategies, only);
@@ -349,6 +354,65 @@ fn main() {
 }
 
 /// The detailed tables of one log, per layout and strategy.
+/// Per ratio, how the blind run and each strategy's run ended (`STATUS=1`).
+fn status_table(
+    name: &str,
+    lg: &log::Log,
+    blind: &sweep::Sweep,
+    plain: &SweepOptions,
+    strategies: &[Strategy],
+) {
+    let backward = lg
+        .events
+        .iter()
+        .find(|e| matches!(&e.event, log::Event::Annotate(a) if a == "BACKWARD"))
+        .map(|e| e.line);
+    let last = lg.events.last().map_or(1, |e| e.line).max(1);
+    let cell = |r: &SweepRun| -> String {
+        let p = &r.result.profile;
+        let end = match r.overhead {
+            Some(o) => format!("{o:.3}"),
+            None => {
+                let at = r.result.stopped_at.unwrap_or(0);
+                let phase = match (at, backward) {
+                    (0, _) => "final pins".to_string(),
+                    (a, Some(b)) if a > b => format!("bwd {:.0}%", 100.0 * a as f64 / last as f64),
+                    (a, _) => format!("fwd {:.0}%", 100.0 * a as f64 / last as f64),
+                };
+                format!("{} {phase}", r.status())
+            }
+        };
+        let frag = r.allocator.map_or(String::new(), |a| {
+            format!(" f{:.0}%", a.fragmentation() * 100.0)
+        });
+        format!("{end} m{} e{} r{}{frag}", p.misses, p.evictions, p.remats)
+    };
+    println!(
+        "\n== {name}: how each run ended (overhead, or status, phase and where; misses, evictions, remats, fragmentation at the reserved peak)"
+    );
+    let mut head = "| ratio | blind".to_string();
+    let mut runs: Vec<sweep::Sweep> = Vec::new();
+    for &strategy in strategies {
+        head.push_str(&format!(" | {strategy}"));
+        let options = SweepOptions {
+            device: Some(DeviceOptions {
+                strategies: vec![strategy],
+                ..DeviceOptions::default()
+            }),
+            ..plain.clone()
+        };
+        runs.push(sweep::sweep(lg, &options).expect("device sweep"));
+    }
+    println!("{head} |");
+    for (k, r) in plain.ratios.iter().enumerate() {
+        let mut line = format!("| {r:.2} | {}", cell(&blind.runs[k]));
+        for sw in &runs {
+            line.push_str(&format!(" | {}", cell(&sw.runs[k])));
+        }
+        println!("{line} |");
+    }
+}
+
 fn detail(
     name: &str,
     lg: &log::Log,

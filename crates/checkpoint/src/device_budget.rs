@@ -311,7 +311,10 @@ impl<B: Backend> Runtime<B> {
     /// `r(s) = c(s) / staleness(s)` of evictable storage `s`, `+inf` at staleness 0 (see the
     /// module docs).
     fn eviction_rate(&mut self, s: StorageId) -> f64 {
-        let c = self.recompute_cost(s).max(0) as f64;
+        let c = self.recompute_cost(s).max(0);
+        // The same double as `c as f64` (round to nearest), without the slow i128 conversion
+        // whenever the cost fits in 64 bits.
+        let c = u64::try_from(c).map_or(c as f64, |c| c as f64);
         let stale = self
             .clock
             .saturating_sub(self.storages[s.index()].last_access) as f64;

@@ -161,11 +161,9 @@ impl Storage {
     }
 }
 
-/// Adds `x` to an adjacency list unless it is already one of the last few entries (a cheap
-/// dedup; duplicates further back are harmless, every user dedups or marks visits).
+/// Whether `x` is one of the last few entries of an adjacency list (a cheap dedup; duplicates
+/// further back are harmless, every user dedups or marks visits).
 #[inline]
-pub(crate) fn push_neighbor(list: &mut Vec<StorageId>, x: StorageId) {
-    if !list.iter().rev().take(8).any(|&y| y == x) {
-        list.push(x);
-    }
+pub(crate) fn has_recent(list: &[StorageId], x: StorageId) -> bool {
+    list.iter().rev().take(8).any(|&y| y == x)
 }

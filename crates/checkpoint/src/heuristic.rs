@@ -249,30 +249,54 @@ impl<B: Backend> Runtime<B> {
                 let (fwd, bwd) = self.estar.costs(&self.storages, s);
                 compute + fwd as i128 + bwd as i128
             }
-            Heuristic::DtrEq => {
-                let mut roots = std::mem::take(&mut self.scratch_roots);
-                roots.clear();
-                let st = &self.storages[s.index()];
-                for &n in st.parents.iter().chain(st.children.iter()) {
-                    let ns = &self.storages[n.index()];
-                    if n != s
-                        && matches!(ns.state, StorageState::Evicted | StorageState::Pending)
-                        && ns.eq_node != NONE
-                    {
-                        roots.push(self.eq.find(ns.eq_node));
-                    }
-                }
-                roots.sort_unstable();
-                roots.dedup();
-                let mut cost = compute;
-                for &r in &roots {
-                    cost += self.eq.value(r) as i128;
-                }
-                self.scratch_roots = roots;
-                cost
-            }
+            Heuristic::DtrEq => self.dtr_eq_cost(s),
             _ => compute,
         }
+    }
+
+    /// h_DTR^eq's cost of `s`: its compute plus the values of the distinct classes of its
+    /// evicted neighbours, read from the compact `eq_live` (and none read at all when
+    /// `eq_nbrs` says there is no such neighbour).
+    fn dtr_eq_cost(&mut self, s: StorageId) -> i128 {
+        let st = &self.storages[s.index()];
+        let compute = st.compute as i128;
+        if self.eq_nbrs[s.index()] == 0 {
+            debug_assert!(
+                st.parents
+                    .iter()
+                    .chain(st.children.iter())
+                    .all(|&n| self.eq_live[n.index()] == NONE),
+                "eq_nbrs of {s:?} out of step"
+            );
+            return compute;
+        }
+        // Most storages have one class or a few: the sort runs only for two or more.
+        let mut roots = std::mem::take(&mut self.scratch_roots);
+        roots.clear();
+        for &n in st.parents.iter().chain(st.children.iter()) {
+            let node = self.eq_live[n.index()];
+            debug_assert_eq!(node, {
+                let ns = &self.storages[n.index()];
+                if matches!(ns.state, StorageState::Evicted | StorageState::Pending) {
+                    ns.eq_node
+                } else {
+                    NONE
+                }
+            });
+            if node != NONE && n != s {
+                roots.push(self.eq.find(node));
+            }
+        }
+        if roots.len() > 1 {
+            roots.sort_unstable();
+            roots.dedup();
+        }
+        let mut cost = compute;
+        for &r in &roots {
+            cost += self.eq.value(r) as i128;
+        }
+        self.scratch_roots = roots;
+        cost
     }
 }
 

@@ -193,6 +193,17 @@ pub struct Runtime<B: Backend> {
     pub(crate) pool: Vec<StorageId>,
     pub(crate) pool_seq: u64,
     pub(crate) eq: UnionFind,
+    /// Per storage, its union-find node while it counts as an evicted neighbour for
+    /// h_DTR^eq (evicted or pending, with a class), else `NONE`: [`Storage::eq_node`] and
+    /// [`Storage::state`] folded into one compact array, so that scoring a storage reads 4
+    /// bytes per neighbour instead of the neighbour's whole record. Kept in step by
+    /// [`Runtime::sync_eq_live`] at every change of either field.
+    pub(crate) eq_live: Vec<u32>,
+    /// Per storage, how many entries of its neighbour lists (parents and children) have an
+    /// `eq_live` node: 0 lets h_DTR^eq score it by its own compute without reading the lists.
+    /// Exact because every edge is pushed to both lists or to neither (see
+    /// [`Runtime::record`]).
+    pub(crate) eq_nbrs: Vec<u32>,
     pub(crate) estar: EStar,
     /// Simulated time in ns: 1 + all compute so far, rematerialization included (simrd's
     /// `clock`).
@@ -235,6 +246,8 @@ impl<B: Backend> Runtime<B> {
             pool: Vec::new(),
             pool_seq: 0,
             eq: UnionFind::new(),
+            eq_live: Vec::new(),
+            eq_nbrs: Vec::new(),
             estar,
             clock: 1,
             memory: 0,
@@ -409,6 +422,9 @@ impl<B: Backend> Runtime<B> {
                         st.eq_node = self.eq.make(0);
                     }
                     self.storages.push(st);
+                    self.eq_live.push(NONE);
+                    self.eq_nbrs.push(0);
+                    self.sync_eq_live(s);
                     self.estar.grow(self.storages.len());
                     self.size_sum += o.bytes as u128;
                     self.size_count += 1;
@@ -453,8 +469,21 @@ impl<B: Backend> Runtime<B> {
                 if sa == so {
                     continue;
                 }
-                crate::graph::push_neighbor(&mut self.storages[so.index()].parents, sa);
-                crate::graph::push_neighbor(&mut self.storages[sa.index()].children, so);
+                // Both lists or neither, so that each storage appears in the other's lists
+                // as often as the other appears in its own (`eq_nbrs` counts on it); the
+                // duplicates this keeps are harmless, as every user dedups or marks visits.
+                let known = crate::graph::has_recent(&self.storages[so.index()].parents, sa)
+                    && crate::graph::has_recent(&self.storages[sa.index()].children, so);
+                if !known {
+                    self.storages[so.index()].parents.push(sa);
+                    self.storages[sa.index()].children.push(so);
+                    if self.eq_live[sa.index()] != NONE {
+                        self.eq_nbrs[so.index()] += 1;
+                    }
+                    if self.eq_live[so.index()] != NONE {
+                        self.eq_nbrs[sa.index()] += 1;
+                    }
+                }
                 if self.estar.enabled() {
                     self.estar.on_edge(&self.storages, so, sa);
                 }
@@ -650,6 +679,7 @@ impl<B: Backend> Runtime<B> {
                         0
                     };
                     self.storages[i].eq_node = self.eq.make(value);
+                    self.sync_eq_live(StorageId(i as u32));
                 }
             }
         }
@@ -678,6 +708,26 @@ impl<B: Backend> Runtime<B> {
         st.locks -= 1;
         if st.locks == 0 && st.is_material() {
             self.pool_insert(s);
+        }
+    }
+
+    /// Brings [`Runtime::eq_live`] of `s` in step with its state and union-find node.
+    #[inline]
+    pub(crate) fn sync_eq_live(&mut self, s: StorageId) {
+        let st = &self.storages[s.index()];
+        let node = if matches!(st.state, StorageState::Evicted | StorageState::Pending) {
+            st.eq_node
+        } else {
+            NONE
+        };
+        let was = std::mem::replace(&mut self.eq_live[s.index()], node) != NONE;
+        if was != (node != NONE) {
+            // `s` appears in each neighbour's lists once per entry of that neighbour in its
+            // own lists (edges are pushed in pairs).
+            for &n in st.parents.iter().chain(st.children.iter()) {
+                let c = &mut self.eq_nbrs[n.index()];
+                *c = if was { *c - 1 } else { *c + 1 };
+            }
         }
     }
 
@@ -993,6 +1043,7 @@ impl<B: Backend> Runtime<B> {
             self.tensors[u.index()].defined = true;
             let s = self.tensors[u.index()].storage;
             self.storages[s.index()].state = StorageState::Material;
+            self.sync_eq_live(s);
         }
         self.memory -= dup_bytes;
         for &s in &fresh {
@@ -1012,6 +1063,7 @@ impl<B: Backend> Runtime<B> {
                     st.eq_node = NONE;
                     self.eq.add(node, -c);
                 }
+                self.sync_eq_live(s);
             }
         }
         if self.estar.enabled() {
@@ -1078,6 +1130,7 @@ impl<B: Backend> Runtime<B> {
                 }
             }
         }
+        self.sync_eq_live(s);
         if self.estar.enabled() {
             self.estar.on_state_change(s);
         }
@@ -1139,6 +1192,7 @@ impl<B: Backend> Runtime<B> {
         st.locks = 0;
         st.pinned = false;
         st.state = StorageState::Banished;
+        self.sync_eq_live(s);
         self.profile.banished += 1;
         let children = std::mem::take(&mut self.storages[s.index()].children);
         for &c in &children {

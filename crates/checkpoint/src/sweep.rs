@@ -46,6 +46,10 @@ pub struct SweepOptions {
     pub seed: u64,
     /// Treat every budget as a device's capacity (`None`: the budget counts bytes).
     pub device: Option<DeviceOptions>,
+    /// Runs simulated at once, each on its own thread (`None`: the machine's available
+    /// parallelism; `Some(1)`: one after the other). The runs are independent, so the results
+    /// are the same for any count.
+    pub threads: Option<usize>,
 }
 
 /// A device-memory budget sweep: the budget is the capacity of an address-only simulated
@@ -85,6 +89,7 @@ impl Default for SweepOptions {
             ignore_small_tensors: false,
             seed: 0x5eed,
             device: None,
+            threads: None,
         }
     }
 }
@@ -224,24 +229,63 @@ fn run_one(
 /// [`SimError`] when the log is inconsistent.
 pub fn sweep(log: &Log, options: &SweepOptions) -> Result<Sweep, SimError> {
     let baseline = sim::baseline(log)?;
-    let mut runs = Vec::new();
     let strategies: Vec<Option<Strategy>> = match &options.device {
         Some(d) => d.strategies.iter().copied().map(Some).collect(),
         None => vec![None],
     };
+    // (heuristic, strategy, budget, the ratio asked for), in the order of the result.
+    let mut jobs: Vec<(Heuristic, Option<Strategy>, u64, Option<f64>)> = Vec::new();
     for &h in &options.heuristics {
         for &strategy in &strategies {
             for &ratio in &options.ratios {
                 let budget = budget_for_ratio(baseline.peak_bytes, ratio);
-                let mut run = run_one(log, &baseline, h, strategy, budget, options)?;
-                run.ratio = ratio;
-                runs.push(run);
+                jobs.push((h, strategy, budget, Some(ratio)));
             }
             for &budget in &options.budgets {
-                runs.push(run_one(log, &baseline, h, strategy, budget, options)?);
+                jobs.push((h, strategy, budget, None));
             }
         }
     }
+    let one = |&(h, strategy, budget, ratio): &(Heuristic, Option<Strategy>, u64, Option<f64>)| {
+        let mut run = run_one(log, &baseline, h, strategy, budget, options)?;
+        if let Some(r) = ratio {
+            run.ratio = r;
+        }
+        Ok(run)
+    };
+    let threads = options
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, jobs.len().max(1));
+    let results: Vec<Result<SweepRun, SimError>> = if threads == 1 {
+        jobs.iter().map(one).collect()
+    } else {
+        // Thread k runs jobs k, k + threads, ...: neighbouring budgets cost about the same, so
+        // the threads get about equal shares.
+        let mut parts: Vec<Vec<(usize, Result<SweepRun, SimError>)>> =
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..threads)
+                    .map(|k| {
+                        let (jobs, one) = (&jobs, &one);
+                        scope.spawn(move || {
+                            (k..jobs.len())
+                                .step_by(threads)
+                                .map(|i| (i, one(&jobs[i])))
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
+            });
+        let mut all: Vec<(usize, Result<SweepRun, SimError>)> = parts.drain(..).flatten().collect();
+        all.sort_by_key(|(i, _)| *i);
+        all.into_iter().map(|(_, r)| r).collect()
+    };
+    // The first failure in the order asked, as the one-at-a-time sweep would have stopped.
+    let runs = results.into_iter().collect::<Result<Vec<_>, _>>()?;
     Ok(Sweep { baseline, runs })
 }
 
@@ -381,4 +425,62 @@ pub fn device_table(sweep: &Sweep) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod thread_tests {
+    use super::*;
+
+    #[test]
+    fn any_thread_count_gives_the_same_sweep_in_the_same_order() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/resnet18-64.log.gz");
+        let lg = crate::log::parse_file(&path).expect("corpus log");
+        let base = SweepOptions {
+            ratios: vec![0.3, 0.6, 0.9],
+            budgets: vec![700_000_000],
+            device: Some(DeviceOptions {
+                strategies: vec![Strategy::Callback, Strategy::Window],
+                ..DeviceOptions::default()
+            }),
+            ..SweepOptions::default()
+        };
+        let key = |sw: &Sweep| -> Vec<_> {
+            sw.runs
+                .iter()
+                .map(|r| {
+                    let p = &r.result.profile;
+                    (
+                        r.strategy,
+                        r.ratio.to_bits(),
+                        r.budget_bytes,
+                        r.status(),
+                        r.result.clock,
+                        (p.evictions, p.remats, p.misses, p.scanned_blocks),
+                        r.allocator.map(|a| a.peak_reserved_bytes),
+                    )
+                })
+                .collect()
+        };
+        let one = sweep(
+            &lg,
+            &SweepOptions {
+                threads: Some(1),
+                ..base.clone()
+            },
+        )
+        .unwrap();
+        assert_eq!(one.runs.len(), 8);
+        for threads in [Some(3), Some(64), None] {
+            let many = sweep(
+                &lg,
+                &SweepOptions {
+                    threads,
+                    ..base.clone()
+                },
+            )
+            .unwrap();
+            assert_eq!(key(&many), key(&one), "{threads:?}");
+        }
+    }
 }
