@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::expandable::ExpandableSegment;
 use crate::history::{Clock, History, TraceAction, TraceEntry};
 use crate::oom::OutOfMemoryError;
-use crate::private_pool::{MISSING_POOL, PrivatePools};
+use crate::pool_table::{DEFAULT_SLOT, PoolTable, Route};
 use crate::ptr_map::PtrMap;
 use crate::reconfigure::fit_to_device;
 use crate::rules::Rules;
@@ -52,8 +52,6 @@ pub struct DeviceCachingAllocator<D: DeviceMemory> {
     pub(crate) device: D,
     pub(crate) config: AllocatorConfig,
     pub(crate) blocks: BlockArena,
-    pub(crate) large: BlockPool,
-    pub(crate) small: BlockPool,
     /// Allocated blocks by address (PyTorch's `allocated_blocks` map of the front).
     pub(crate) allocated: PtrMap,
     pub(crate) stats: DeviceStats,
@@ -76,8 +74,9 @@ pub struct DeviceCachingAllocator<D: DeviceMemory> {
     /// The registration counter the next segment takes (PyTorch 2.15's `registration_counter`,
     /// one more for every `cudaMalloc`ed or reserved segment).
     pub(crate) next_registration: u64,
-    /// The private pools (PyTorch's `graph_pools`, `captures_underway`...; `private_pool.rs`).
-    pub(crate) pools: PrivatePools,
+    /// The pool table: the default pools in slot 0, private pools after them (PyTorch's
+    /// `large_blocks`, `small_blocks`, `graph_pools`, `captures_underway`...; `pool_table.rs`).
+    pub(crate) pools: PoolTable,
 }
 
 /// Blocks the tables start with room for (about 100 KiB in all), so that a new allocator
@@ -92,7 +91,7 @@ pub(crate) struct Params {
     pub(crate) alloc_size: usize,
     pub(crate) small: bool,
     pub(crate) stream: StreamId,
-    /// The pool the request goes to: 0 for the default pools, else a private pool's slot
+    /// The slot of the pool table the request goes to: [`DEFAULT_SLOT`] for the default pools
     /// (PyTorch's `AllocParams::pool`).
     pub(crate) pool: u32,
     /// The private pool's `no_split` (torch 2.15): never split its blocks.
@@ -165,8 +164,6 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             device,
             config,
             blocks: BlockArena::with_capacity(INITIAL_BLOCKS),
-            large: BlockPool::new(usize::MAX),
-            small: BlockPool::new(crate::sizes::SMALL_BUFFER),
             allocated: PtrMap::with_capacity(INITIAL_BLOCKS),
             stats,
             total_allocated_memory: 0,
@@ -179,7 +176,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             rules,
             rank_segments: rules.version.ties_by_segment_age(),
             next_registration: 0,
-            pools: PrivatePools::default(),
+            pools: PoolTable::default(),
         };
         if let Some(f) = this.config.per_process_memory_fraction {
             this.set_memory_fraction(f)?;
@@ -308,7 +305,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// Free cached bytes and the largest free block (PyTorch's `cacheInfo`).
     pub fn cache_info(&self) -> CacheInfo {
         let mut info = CacheInfo::default();
-        for key in self.large.blocks.iter().chain(self.small.blocks.iter()) {
+        let (large, small) = self.pools.block_pools(DEFAULT_SLOT);
+        for key in large.blocks.iter().chain(small.blocks.iter()) {
             info.cached_bytes += key.size;
             info.largest_block = info.largest_block.max(key.size);
         }
@@ -348,10 +346,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         stream: StreamId,
     ) -> Result<Option<Allocation>> {
         self.process_events()?;
-        let p = self.params(size, stream);
-        if p.pool == MISSING_POOL {
-            return Err(self.missing_pool_error(stream));
-        }
+        let p = self.params(size, stream)?;
         match self.get_free_block(&p) {
             Some(id) => Ok(Some(self.alloc_found_block(&p, id))),
             None => Ok(None),
@@ -371,10 +366,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         stream: StreamId,
         search_again: bool,
     ) -> Result<Allocation> {
-        let mut p = self.params(size, stream);
-        if p.pool == MISSING_POOL {
-            return Err(self.missing_pool_error(stream));
-        }
+        let mut p = self.params(size, stream)?;
         match self.find_or_grow(&mut p, search_again)? {
             Some(id) => Ok(self.alloc_found_block(&p, id)),
             None => Err(self.out_of_memory(&p)),
@@ -398,8 +390,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             self.garbage_collect_cached_blocks()?;
         }
         let mut found = self.alloc_block(p, false)?;
-        if found.is_none() && p.pool == 0 && !self.pools.use_on_oom_is_empty() {
-            // torch 2.15: a free block of a `use_on_oom` private pool.
+        if found.is_none() && p.pool == DEFAULT_SLOT && !self.pools.use_on_oom_is_empty() {
+            // torch 2.15: a request of the default pools takes a free block of a `use_on_oom`
+            // private pool.
             found = self.use_on_oom_block(p)?;
         }
         if found.is_none() && self.release_available_cached_blocks(p)? {
@@ -407,7 +400,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         if found.is_none() && !self.capture_underway() {
             self.release_cached_blocks(None)?;
-            if p.pool != 0 && !self.pools.slot_in_use(p.pool) {
+            if !self.pools.slot_in_use(p.pool) {
                 // Defensive: the pool the request was routed to lost its slot.
                 return Err(self.missing_pool_error(p.stream));
             }
@@ -434,47 +427,50 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         r
     }
 
+    /// What a request of `orig_size` bytes on `stream` is about: its sizes and its route.
+    ///
+    /// # Errors
+    /// [`crate::private_pool::PoolError::RoutedToMissingPool`] when the begun pool that
+    /// accepts it was forgotten.
     #[inline(always)]
-    pub(crate) fn params(&self, orig_size: usize, stream: StreamId) -> Params {
-        let size = round_size(orig_size, &self.config);
+    pub(crate) fn params(&self, orig_size: usize, stream: StreamId) -> Result<Params> {
+        let mut p = self.sized(orig_size, stream);
         // With no private pool begun: one predictable branch.
-        let (pool, no_split) = if self.pools.begun.is_empty() {
-            (0, false)
-        } else {
-            self.route(stream)
-        };
+        if !self.pools.begun.is_empty() {
+            match self.route(stream) {
+                Route::Slot { slot, no_split } => (p.pool, p.no_split) = (slot, no_split),
+                Route::Missing(_) => return Err(self.missing_pool_error(stream)),
+            }
+        }
+        Ok(p)
+    }
+
+    /// The sizes of a request of `orig_size` bytes on `stream`, routed to the default pools
+    /// ([`Self::params`] routes it).
+    #[inline(always)]
+    pub(crate) fn sized(&self, orig_size: usize, stream: StreamId) -> Params {
+        let size = round_size(orig_size, &self.config);
         Params {
             orig_size,
             size,
             alloc_size: get_allocation_size(size),
             small: is_small(size),
             stream,
-            pool,
-            no_split,
+            pool: DEFAULT_SLOT,
+            no_split: false,
         }
     }
 
-    /// The free-block pool (small or large) of the default pools (`pool == 0`) or of a private
-    /// pool's slot.
+    /// The free-block pool (small or large) of slot `pool` of the pool table.
     #[inline(always)]
     pub(crate) fn block_pool_mut(&mut self, pool: u32, small: bool) -> &mut BlockPool {
-        select_pool(
-            &mut self.small,
-            &mut self.large,
-            &mut self.pools,
-            pool,
-            small,
-        )
+        self.pools.block_pool_mut(pool, small)
     }
 
     /// [`Self::block_pool_mut`], shared.
     #[inline(always)]
     pub(crate) fn block_pool(&self, pool: u32, small: bool) -> &BlockPool {
-        if pool == 0 {
-            if small { &self.small } else { &self.large }
-        } else {
-            self.pools.block_pool(pool, small)
-        }
+        self.pools.block_pool(pool, small)
     }
 
     /// The stat types a pool's blocks count in: aggregate plus the pool's own.
@@ -498,13 +494,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let max_split = self.config.max_split_size_or_max();
         let max_non_split_rounding = self.config.max_non_split_rounding;
         let blocks = &self.blocks;
-        let pool = select_pool(
-            &mut self.small,
-            &mut self.large,
-            &mut self.pools,
-            p.pool,
-            p.small,
-        );
+        let pool = self.pools.block_pool_mut(p.pool, p.small);
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
@@ -568,7 +558,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         if self.config.expandable_segments {
             let found = self.try_allocate_expandable_block(p)?;
-            if found.is_some() && p.pool != 0 {
+            if found.is_some() {
+                // PyTorch counts a private pool's `cudaMalloc_count` per request here, not
+                // per page mapped.
                 self.pool_counted_alloc(p.pool);
             }
             return Ok(found);
@@ -583,10 +575,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         block.rank = self.take_registration();
         block.pool = p.pool;
         let id = self.blocks.insert(block);
-        if p.pool != 0 {
-            self.pool_counted_alloc(p.pool);
-            self.pool_reserved(p.pool, p.small, size, true);
-        }
+        self.pool_counted_alloc(p.pool);
+        self.pool_reserved(p.pool, p.small, size, true);
         increase(&mut self.stats.segment, p.small, 1);
         increase(&mut self.stats.reserved_bytes, p.small, size as u64);
         if size >= self.config.max_split_size_or_max() {
@@ -623,13 +613,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             if let Some(prev) = prev {
                 self.blocks.get_mut(prev).next = Some(id);
             }
-            let pool = select_pool(
-                &mut self.small,
-                &mut self.large,
-                &mut self.pools,
-                p.pool,
-                p.small,
-            );
+            let pool = self.pools.block_pool_mut(p.pool, p.small);
             let r = self.blocks.get_mut(remaining);
             r.prev = Some(id);
             r.ptr += p.size as u64;
@@ -871,23 +855,18 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         // Merged neighbours leave the inactive split blocks; PyTorch merges the lower one first.
         let mut merged_blocks: i64 = 0;
         let mut merged_bytes: usize = 0;
+        // The neighbours are in the block's pool (no block crosses pools).
+        let pool = self.pools.block_pool_mut(block_pool, small);
         if let Some(src) = prev {
-            let subsumed = self.merge_neighbour(id, src, mapped, true);
+            let subsumed = merge_neighbour(&mut self.blocks, pool, id, src, mapped, true);
             merged_blocks += i64::from(subsumed > 0);
             merged_bytes += subsumed;
         }
         if let Some(src) = next {
-            let subsumed = self.merge_neighbour(id, src, mapped, false);
+            let subsumed = merge_neighbour(&mut self.blocks, pool, id, src, mapped, false);
             merged_blocks += i64::from(subsumed > 0);
             merged_bytes += subsumed;
         }
-        let pool = select_pool(
-            &mut self.small,
-            &mut self.large,
-            &mut self.pools,
-            block_pool,
-            small,
-        );
         let b = self.blocks.get_mut(id);
         pool.insert_into_blocks(id, b);
         let (net_inactive_split_blocks, net_inactive_split_size) = if b.is_split() {
@@ -908,55 +887,6 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         stats.count_free_completed(small, original_size as u64, requested as u64);
     }
 
-    /// [`Self::try_merge_blocks`] given `dst`'s mapping state and on which side `src` lies
-    /// (`lower`: `src` is `dst`'s `prev`).
-    #[inline(always)]
-    fn merge_neighbour(
-        &mut self,
-        dst: BlockId,
-        src: BlockId,
-        dst_mapped: bool,
-        lower: bool,
-    ) -> usize {
-        let s = self.blocks.get(src);
-        if !s.is_idle() || s.mapped != dst_mapped {
-            return 0;
-        }
-        let (s_ptr, s_size, s_prev, s_next, s_small, s_stream, s_pool) =
-            (s.ptr, s.size, s.prev, s.next, s.small, s.stream, s.pool);
-        let key = SizeKey::of(src, s);
-        let pool = self.block_pool_mut(s_pool, s_small);
-        if dst_mapped {
-            pool.blocks.remove_present(&key);
-        } else {
-            pool.unmapped.remove(&crate::block::AddrKey {
-                stream: s_stream,
-                ptr: s_ptr,
-                id: src,
-            });
-        }
-        if lower {
-            // [src dst]
-            if let Some(p) = s_prev {
-                self.blocks.get_mut(p).next = Some(dst);
-            }
-            let d = self.blocks.get_mut(dst);
-            d.ptr = s_ptr;
-            d.prev = s_prev;
-            d.size += s_size;
-        } else {
-            // [dst src]
-            if let Some(n) = s_next {
-                self.blocks.get_mut(n).prev = Some(dst);
-            }
-            let d = self.blocks.get_mut(dst);
-            d.next = s_next;
-            d.size += s_size;
-        }
-        self.blocks.remove(src);
-        s_size
-    }
-
     /// Merges `src` into `dst` when `src` is an idle neighbour with the same mapping state;
     /// returns the bytes subsumed, 0 when not merged (PyTorch's `try_merge_blocks`).
     #[inline(always)]
@@ -972,25 +902,58 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     fn merge_into(&mut self, dst: BlockId, src: BlockId) -> usize {
         let d = self.blocks.get(dst);
         let (dst_mapped, lower) = (d.mapped, d.prev == Some(src));
-        self.merge_neighbour(dst, src, dst_mapped, lower)
+        let pool = self.pools.block_pool_mut(d.pool, d.small);
+        merge_neighbour(&mut self.blocks, pool, dst, src, dst_mapped, lower)
     }
 }
 
-/// The small or large free-block pool of the default pools (`pool == 0`) or of the private
-/// pool in slot `pool`, from the allocator's fields (so the block arena can stay borrowed).
+/// [`DeviceCachingAllocator::try_merge_blocks`] given `dst`'s pool and mapping state and on
+/// which side `src` lies (`lower`: `src` is `dst`'s `prev`).
 #[inline(always)]
-pub(crate) fn select_pool<'a>(
-    small_pool: &'a mut BlockPool,
-    large_pool: &'a mut BlockPool,
-    pools: &'a mut PrivatePools,
-    pool: u32,
-    small: bool,
-) -> &'a mut BlockPool {
-    if pool == 0 {
-        if small { small_pool } else { large_pool }
-    } else {
-        pools.block_pool_mut(pool, small)
+fn merge_neighbour(
+    blocks: &mut BlockArena,
+    pool: &mut BlockPool,
+    dst: BlockId,
+    src: BlockId,
+    dst_mapped: bool,
+    lower: bool,
+) -> usize {
+    let s = blocks.get(src);
+    if !s.is_idle() || s.mapped != dst_mapped {
+        return 0;
     }
+    debug_assert!(s.pool == blocks.get(dst).pool && s.small == blocks.get(dst).small);
+    let (s_ptr, s_size, s_prev, s_next, s_stream) = (s.ptr, s.size, s.prev, s.next, s.stream);
+    let key = SizeKey::of(src, s);
+    if dst_mapped {
+        pool.blocks.remove_present(&key);
+    } else {
+        pool.unmapped.remove(&crate::block::AddrKey {
+            stream: s_stream,
+            ptr: s_ptr,
+            id: src,
+        });
+    }
+    if lower {
+        // [src dst]
+        if let Some(p) = s_prev {
+            blocks.get_mut(p).next = Some(dst);
+        }
+        let d = blocks.get_mut(dst);
+        d.ptr = s_ptr;
+        d.prev = s_prev;
+        d.size += s_size;
+    } else {
+        // [dst src]
+        if let Some(n) = s_next {
+            blocks.get_mut(n).prev = Some(dst);
+        }
+        let d = blocks.get_mut(dst);
+        d.next = s_next;
+        d.size += s_size;
+    }
+    blocks.remove(src);
+    s_size
 }
 
 #[inline(always)]

@@ -54,8 +54,9 @@ pub(crate) struct Block {
     /// block's segment under torch 2.15's rules (PyTorch's `registration_counter`: each new
     /// segment takes the next value, blocks split from it keep it), 0 under 2.7's.
     pub(crate) rank: u64,
-    /// The pool the block's segment belongs to: 0 for the default pools, `k` for the private
-    /// pool in slot `k` (PyTorch's `Block::pool` pointing at a `PrivatePool`'s `BlockPool`).
+    /// The slot of the pool table the block's segment belongs to: 0 for the default pools, `k`
+    /// for a private pool (PyTorch's `Block::pool`, pointing at the default pools' or a
+    /// `PrivatePool`'s `BlockPool`).
     pub(crate) pool: u32,
     /// In use in the [`BlockArena`] (false for a deleted block's slot awaiting reuse).
     live: bool,

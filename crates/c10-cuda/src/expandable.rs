@@ -270,17 +270,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.try_merge_blocks(id, prev);
         let next = self.blocks.get(id).next;
         self.try_merge_blocks(id, next);
-        let pool = crate::allocator::select_pool(
-            &mut self.small,
-            &mut self.large,
-            &mut self.pools,
-            bpool,
-            small,
-        );
+        let pool = self.pools.block_pool_mut(bpool, small);
         pool.insert_into_blocks(id, self.blocks.get_mut(id));
-        if bpool != 0 {
-            self.pool_reserved(bpool, small, mapped_size, true);
-        }
+        self.pool_reserved(bpool, small, mapped_size, true);
         self.total_allocated_memory += mapped_size;
         crate::stats::increase(&mut self.stats.reserved_bytes, small, mapped_size as u64);
         self.stats.num_device_alloc += 1;
@@ -391,13 +383,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             if let Some(p) = prev {
                 self.blocks.get_mut(p).next = Some(bid);
             }
-            let pool = crate::allocator::select_pool(
-                &mut self.small,
-                &mut self.large,
-                &mut self.pools,
-                bpool,
-                small,
-            );
+            let pool = self.pools.block_pool_mut(bpool, small);
             pool.insert_into_blocks(bid, self.blocks.get_mut(bid));
             new_prev = Some(bid);
         }
@@ -415,13 +401,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             if let Some(n) = next {
                 self.blocks.get_mut(n).prev = Some(aid);
             }
-            let pool = crate::allocator::select_pool(
-                &mut self.small,
-                &mut self.large,
-                &mut self.pools,
-                bpool,
-                small,
-            );
+            let pool = self.pools.block_pool_mut(bpool, small);
             pool.insert_into_blocks(aid, self.blocks.get_mut(aid));
             new_next = Some(aid);
         }
@@ -439,17 +419,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.try_merge_blocks(id, next);
         let key = AddrKey::of(id, self.blocks.get(id));
         self.block_pool_mut(bpool, small).unmapped.insert(key);
-        if bpool != 0 {
-            self.pool_reserved(bpool, small, usize_, false);
-        }
+        self.pool_reserved(bpool, small, usize_, false);
         self.total_allocated_memory -= usize_;
         crate::stats::decrease(&mut self.stats.reserved_bytes, small, usize_ as u64);
         self.stats.num_device_free += 1;
         self.history
             .record(TraceAction::SegmentUnmap, uptr, usize_ as u64, stream);
-        if bpool != 0 {
-            self.pool_counted_release(bpool)?;
-        }
+        self.pool_counted_release(bpool)?;
         Ok(id)
     }
 

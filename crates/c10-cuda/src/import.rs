@@ -5,6 +5,7 @@ use crate::block::{Block, BlockId};
 use crate::device::{DeviceMemory, DevicePtr, StreamId};
 use crate::error::Result;
 use crate::history::TraceAction;
+use crate::pool_table::DEFAULT_SLOT;
 use crate::stats::increase;
 
 /// One block of a segment to import, in address order.
@@ -93,11 +94,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             prev = Some(id);
         }
         for id in free_ids {
-            let pool = if small {
-                &mut self.small
-            } else {
-                &mut self.large
-            };
+            let pool = self.pools.block_pool_mut(DEFAULT_SLOT, small);
             pool.insert_into_blocks(id, self.blocks.get_mut(id));
         }
         Ok(base)

@@ -77,7 +77,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             if b.size == 0 || b.size % 512 != 0 {
                 return Err(format!("block {:#x} has size {}", b.ptr, b.size));
             }
-            if b.pool != 0 && !self.pools.iter().any(|(k, _)| k == b.pool) {
+            if !self.pools.slot_in_use(b.pool) {
                 return Err(format!(
                     "block {:#x} names private pool slot {}, which does not exist",
                     b.ptr, b.pool
@@ -149,13 +149,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 }
             }
         }
-        let (mut held, mut held_unmapped) = (
-            self.small.blocks.len() + self.large.blocks.len(),
-            self.small.unmapped.len() + self.large.unmapped.len(),
-        );
+        let (mut held, mut held_unmapped) = (0, 0);
+        for (_, (large, small)) in self.pools.all_block_pools() {
+            held += small.blocks.len() + large.blocks.len();
+            held_unmapped += small.unmapped.len() + large.unmapped.len();
+        }
         for (k, p) in self.pools.iter() {
-            held += p.small.blocks.len() + p.large.blocks.len();
-            held_unmapped += p.small.unmapped.len() + p.large.unmapped.len();
             let reserved = private_reserved.get(&k).copied().unwrap_or(0);
             let stat = self
                 .stats

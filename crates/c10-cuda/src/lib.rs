@@ -75,6 +75,8 @@ pub mod mem_pool;
 pub mod observer;
 pub mod oom;
 pub mod placement;
+mod pool_id;
+mod pool_table;
 pub mod private_pool;
 mod ptr_map;
 mod reconfigure;

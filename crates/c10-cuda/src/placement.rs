@@ -50,13 +50,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if let Some(n) = next {
             self.blocks.get_mut(n).prev = Some(hid);
         }
-        let pool = crate::allocator::select_pool(
-            &mut self.small,
-            &mut self.large,
-            &mut self.pools,
-            p.pool,
-            p.small,
-        );
+        let pool = self.pools.block_pool_mut(p.pool, p.small);
         let low = self.blocks.get_mut(found);
         low.size = size - p.size;
         low.next = Some(hid);

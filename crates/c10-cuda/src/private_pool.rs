@@ -32,90 +32,17 @@
 //!   `reserved_bytes_by_private_pools` in `memory_stats()`.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::thread::ThreadId;
 
 use crate::allocator::{DeviceCachingAllocator, Params};
-use crate::block::{BlockId, BlockPool};
+use crate::block::BlockId;
 use crate::device::{DeviceMemory, StreamId};
 use crate::error::{Error, Result};
-use crate::hash_order::HashOrder;
+use crate::pool_table::Route;
 use crate::rules::TorchVersion;
 use crate::snapshot::DeviceSnapshot;
 use crate::stats::{StatArray, StatType};
 
-/// The id of a memory pool (PyTorch's `MempoolId_t`, a pair of `unsigned long long`).
-///
-/// `(0, 0)` ([`MempoolId::DEFAULT`]) names the default pools. PyTorch numbers the others:
-/// `torch.cuda.MemPool()` and `torch.cuda.graph_pool_handle()` take `(0, n)` from one counter,
-/// a CUDA graph captured without a pool takes `(n, 0)` from another.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MempoolId {
-    /// The first half (`CaptureId_t`: the capture's id for a graph's own pool, else 0).
-    pub first: u64,
-    /// The second half (the user-created pool's number, else 0).
-    pub second: u64,
-}
-
-impl MempoolId {
-    /// `(0, 0)`: the default pools.
-    pub const DEFAULT: MempoolId = MempoolId {
-        first: 0,
-        second: 0,
-    };
-
-    /// The id `(first, second)`.
-    pub const fn new(first: u64, second: u64) -> MempoolId {
-        MempoolId { first, second }
-    }
-
-    /// Whether this is `(0, 0)`, the default pools.
-    pub fn is_default(self) -> bool {
-        self == MempoolId::DEFAULT
-    }
-
-    /// The key `torch.cuda.memory_stats()` uses for the pool in
-    /// `reserved_bytes_by_private_pools`: the halves joined by `_` (`"0_1"`).
-    pub fn stats_key(self) -> String {
-        format!("{}_{}", self.first, self.second)
-    }
-}
-
-impl fmt::Display for MempoolId {
-    /// As Python prints the tuple: `(0, 1)`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "({}, {})", self.first, self.second)
-    }
-}
-
-/// Which allocations a begun pool takes: the `filter` of PyTorch's
-/// `beginAllocateToPool(device, mempool_id, filter)` (a `std::function<bool(cudaStream_t)>`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StreamFilter {
-    /// Every allocation on the device.
-    All,
-    /// Allocations on one stream (what a CUDA graph capture on that stream routes).
-    Stream(StreamId),
-    /// Allocations made by one thread (`torch.cuda.use_mem_pool`'s filter: the calling
-    /// thread's, `_cuda_beginAllocateCurrentThreadToPool`).
-    Thread(ThreadId),
-}
-
-impl StreamFilter {
-    /// Whether an allocation on `stream`, made by the calling thread, goes to the pool.
-    pub fn accepts(&self, stream: StreamId) -> bool {
-        match self {
-            StreamFilter::All => true,
-            StreamFilter::Stream(s) => *s == stream,
-            StreamFilter::Thread(t) => std::thread::current().id() == *t,
-        }
-    }
-
-    /// The filter `torch.cuda.use_mem_pool` begins a pool with: the calling thread's.
-    pub fn current_thread() -> StreamFilter {
-        StreamFilter::Thread(std::thread::current().id())
-    }
-}
+pub use crate::pool_id::{MempoolId, StreamFilter};
 
 /// A private pool's state (for reports and tests).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -265,205 +192,6 @@ pub enum PoolError {
         /// Its use count.
         use_count: i64,
     },
-}
-
-/// Marks a [`Params::pool`] routed to a begun pool that no longer exists.
-pub(crate) const MISSING_POOL: u32 = u32::MAX;
-
-/// One private pool (PyTorch's `PrivatePool`).
-#[derive(Debug)]
-pub(crate) struct PrivatePool {
-    pub(crate) id: MempoolId,
-    /// PyTorch's `use_count`.
-    pub(crate) use_count: i64,
-    /// PyTorch's `cudaMalloc_count`.
-    pub(crate) malloc_count: i64,
-    pub(crate) large: BlockPool,
-    pub(crate) small: BlockPool,
-    /// torch 2.15's `no_split`.
-    pub(crate) no_split: bool,
-    /// Forgotten while blocks still name it (see [`PrivatePools::orphans`]): no longer counted
-    /// in `reserved_bytes_by_private_pools` nor in `cudaMalloc_count`.
-    pub(crate) orphaned: bool,
-}
-
-impl PrivatePool {
-    fn new(id: MempoolId) -> PrivatePool {
-        PrivatePool {
-            id,
-            use_count: 1,
-            malloc_count: 0,
-            large: BlockPool::new(usize::MAX),
-            small: BlockPool::new(crate::sizes::SMALL_BUFFER),
-            no_split: false,
-            orphaned: false,
-        }
-    }
-}
-
-/// The private pools of one device allocator and the state PyTorch keeps about them.
-///
-/// A block names its pool by a small number ([`crate::block::Block::pool`]): 0 for the
-/// default pools, `k` for `slots[k - 1]`.
-#[derive(Debug, Default)]
-pub(crate) struct PrivatePools {
-    /// The pools; a forgotten pool's slot is reused (or kept, orphaned, if blocks still name
-    /// it).
-    slots: Vec<Option<PrivatePool>>,
-    /// PyTorch's `graph_pools`: live pools by id.
-    by_id: BTreeMap<MempoolId, u32>,
-    /// PyTorch's `graph_pools_freeable`, in its iteration order.
-    freeable: HashOrder,
-    /// torch 2.15's `use_on_oom_pools` (ids, whether or not the pool exists now).
-    use_on_oom: HashOrder,
-    /// PyTorch's `captures_underway`: the begun pools and their filters, in begin order.
-    pub(crate) begun: Vec<(MempoolId, StreamFilter)>,
-    /// torch 2.7's `needs_events_deferred_until_no_capture`: freed blocks whose events wait
-    /// until no pool is begun.
-    pub(crate) deferred: Vec<BlockId>,
-    /// torch 2.7's `block_to_cudagraph_stream_uses`: streams recorded on a block while a pool
-    /// was begun (dropped when its deferred events are recorded).
-    pub(crate) capture_stream_uses: BTreeMap<BlockId, Vec<StreamId>>,
-}
-
-impl PrivatePools {
-    /// The slot number of a live pool.
-    pub(crate) fn slot_of(&self, id: MempoolId) -> Option<u32> {
-        self.by_id.get(&id).copied()
-    }
-
-    /// Whether slot `k` (k >= 1) holds a pool (live or orphaned).
-    pub(crate) fn slot_in_use(&self, k: u32) -> bool {
-        self.slots.get(k as usize - 1).is_some_and(Option::is_some)
-    }
-
-    /// The pool in slot `k` (k >= 1).
-    #[inline]
-    pub(crate) fn pool(&self, k: u32) -> &PrivatePool {
-        self.slots[k as usize - 1]
-            .as_ref()
-            .expect("a block's private pool exists")
-    }
-
-    /// The pool in slot `k` (k >= 1), mutable.
-    #[inline]
-    pub(crate) fn pool_mut(&mut self, k: u32) -> &mut PrivatePool {
-        self.slots[k as usize - 1]
-            .as_mut()
-            .expect("a block's private pool exists")
-    }
-
-    /// The small or large block pool of slot `k` (k >= 1).
-    #[inline]
-    pub(crate) fn block_pool_mut(&mut self, k: u32, small: bool) -> &mut BlockPool {
-        let p = self.pool_mut(k);
-        if small { &mut p.small } else { &mut p.large }
-    }
-
-    /// The small or large block pool of slot `k` (k >= 1).
-    #[inline]
-    pub(crate) fn block_pool(&self, k: u32, small: bool) -> &BlockPool {
-        let p = self.pool(k);
-        if small { &p.small } else { &p.large }
-    }
-
-    /// Every slot in use (live or orphaned), with its number.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &PrivatePool)> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p.as_ref().map(|p| (i as u32 + 1, p)))
-    }
-
-    /// torch 2.7: `stream` was recorded on block `id` while a pool was begun.
-    #[cold]
-    pub(crate) fn record_capture_use(&mut self, id: BlockId, stream: StreamId) {
-        let uses = self.capture_stream_uses.entry(id).or_default();
-        if !uses.contains(&stream) {
-            uses.push(stream);
-        }
-    }
-
-    /// Whether no `use_on_oom` pool id is set (torch 2.15).
-    #[inline]
-    pub(crate) fn use_on_oom_is_empty(&self) -> bool {
-        self.use_on_oom.is_empty()
-    }
-
-    /// Whether no private pool exists or ever held a block (the default pools only).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.slots.iter().all(Option::is_none)
-    }
-
-    /// Frees slot `k` (k >= 1) once no block names it.
-    pub(crate) fn clear_slot(&mut self, k: u32) {
-        self.slots[k as usize - 1] = None;
-    }
-
-    /// The orphaned slots, by slot number: pools forgotten (not begun) while blocks still
-    /// named them, which only PyTorch's expandable-segment bookkeeping allows (see
-    /// [`PoolError::NoAllocationCounted`]). The global `empty_cache` releases their cached
-    /// segments.
-    pub(crate) fn orphans(&self) -> Vec<u32> {
-        self.iter()
-            .filter(|(_, p)| p.orphaned)
-            .map(|(k, _)| k)
-            .collect()
-    }
-
-    /// The id of the pool in slot `k`, `(0, 0)` for the default pools.
-    pub(crate) fn id_of(&self, k: u32) -> MempoolId {
-        if k == 0 {
-            MempoolId::DEFAULT
-        } else {
-            self.pool(k).id
-        }
-    }
-
-    fn create(&mut self, id: MempoolId) -> u32 {
-        let pool = PrivatePool::new(id);
-        let k = match self.slots.iter().position(Option::is_none) {
-            Some(i) => {
-                self.slots[i] = Some(pool);
-                i as u32 + 1
-            }
-            None => {
-                self.slots.push(Some(pool));
-                self.slots.len() as u32
-            }
-        };
-        self.by_id.insert(id, k);
-        k
-    }
-
-    /// The pool an allocation on `stream` goes to, with its `no_split`: the first begun pool
-    /// whose filter accepts it (`last_wins`: the last), or the default pools (0).
-    /// [`MISSING_POOL`] when that pool was forgotten while begun.
-    #[cold]
-    pub(crate) fn route(&self, stream: StreamId, last_wins: bool) -> (u32, bool) {
-        let hit = if last_wins {
-            self.begun.iter().rev().find(|(_, f)| f.accepts(stream))
-        } else {
-            self.begun.iter().find(|(_, f)| f.accepts(stream))
-        };
-        match hit {
-            None => (0, false),
-            Some((id, _)) => match self.slot_of(*id) {
-                Some(k) => (k, self.pool(k).no_split),
-                None => (MISSING_POOL, false),
-            },
-        }
-    }
-
-    /// The begun pool an allocation on `stream` was routed to when it is missing.
-    pub(crate) fn missing_route(&self, stream: StreamId, last_wins: bool) -> Option<MempoolId> {
-        let hit = if last_wins {
-            self.begun.iter().rev().find(|(_, f)| f.accepts(stream))
-        } else {
-            self.begun.iter().find(|(_, f)| f.accepts(stream))
-        };
-        hit.map(|(id, _)| *id)
-    }
 }
 
 /// `amount` added to (`up`) or taken from pool `small`'s and the aggregate's stat of `arr`.
@@ -701,7 +429,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     pub fn private_pools(&self) -> Vec<PoolInfo> {
         let mut reserved: BTreeMap<u32, usize> = BTreeMap::new();
         for (_, b) in self.blocks.iter() {
-            if b.pool != 0 && b.mapped {
+            if b.mapped {
                 *reserved.entry(b.pool).or_default() += b.size;
             }
         }
@@ -730,7 +458,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     pub fn block_pool_id(&self, ptr: crate::device::DevicePtr) -> Option<MempoolId> {
         let id = self.allocated.get(ptr)?;
         let k = self.blocks.get(id).pool;
-        (k != 0).then(|| self.pools.id_of(k))
+        self.pools.owner(k).map(|p| p.id)
     }
 
     /// The begun pools, in begin order (PyTorch's `captures_underway`).
@@ -747,7 +475,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// The pool routing of [`Self::params`] when a pool is begun.
     #[cold]
     #[inline(never)]
-    pub(crate) fn route(&self, stream: StreamId) -> (u32, bool) {
+    pub(crate) fn route(&self, stream: StreamId) -> Route {
         self.pools
             .route(stream, self.rules.version.last_begun_pool_wins())
     }
@@ -821,17 +549,23 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     }
 
     /// Bookkeeping of a new device allocation (a segment, or pages mapped for a request) of
-    /// pool `k`: PyTorch's `cudaMalloc_count++`.
-    #[cold]
+    /// the pools of slot `k`: PyTorch's `cudaMalloc_count++` of a private pool (nothing for the
+    /// default pools, which have no owner).
+    #[inline]
     pub(crate) fn pool_counted_alloc(&mut self, k: u32) {
-        self.pools.pool_mut(k).malloc_count += 1;
+        if let Some(p) = self.pools.owner_mut(k) {
+            p.malloc_count += 1;
+        }
     }
 
-    /// Bookkeeping of a device release (a segment freed, or pages unmapped) of pool `k`:
-    /// PyTorch's `cudaMalloc_count--` after its assertion.
-    #[cold]
+    /// Bookkeeping of a device release (a segment freed, or pages unmapped) of the pools of
+    /// slot `k`: PyTorch's `cudaMalloc_count--` of a private pool after its assertion
+    /// (nothing for the default pools).
+    #[inline]
     pub(crate) fn pool_counted_release(&mut self, k: u32) -> Result<()> {
-        let p = self.pools.pool_mut(k);
+        let Some(p) = self.pools.owner_mut(k) else {
+            return Ok(());
+        };
         if p.orphaned {
             return Ok(());
         }
@@ -842,14 +576,18 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         Ok(())
     }
 
-    /// `bytes` more (`up`) or fewer reserved by pool `k` (torch 2.15's
-    /// `reserved_bytes_by_private_pools`; kept under every version, reported by 2.15's).
-    #[cold]
+    /// `bytes` more (`up`) or fewer reserved by the private pool of slot `k` (torch 2.15's
+    /// `reserved_bytes_by_private_pools`; kept under every version, reported by 2.15's);
+    /// nothing for the default pools.
+    #[inline]
     pub(crate) fn pool_reserved(&mut self, k: u32, small: bool, bytes: usize, up: bool) {
-        if self.pools.pool(k).orphaned {
+        let Some(p) = self.pools.owner(k) else {
+            return;
+        };
+        if p.orphaned {
             return;
         }
-        let id = self.pools.pool(k).id;
+        let id = p.id;
         let arr = self
             .stats
             .reserved_bytes_by_private_pools
@@ -890,7 +628,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             if self.blocks.iter().any(|(_, b)| b.pool == k) {
                 self.pools.pool_mut(k).orphaned = true;
             } else {
-                self.pools.slots[k as usize - 1] = None;
+                self.pools.clear_slot(k);
             }
         }
     }

@@ -9,6 +9,7 @@ use crate::block::{BlockId, SizeKey};
 use crate::device::DeviceMemory;
 use crate::error::Result;
 use crate::history::TraceAction;
+use crate::pool_table::DEFAULT_SLOT;
 
 impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// Releases every cached block that is a whole segment back to the device, after waiting
@@ -133,10 +134,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         self.block_pool_mut(pool, small).blocks.remove(&key);
         self.blocks.remove(id);
-        if pool != 0 {
-            self.pool_reserved(pool, small, size, false);
-            self.pool_counted_release(pool)?;
-        }
+        self.pool_reserved(pool, small, size, false);
+        self.pool_counted_release(pool)?;
         Ok(true)
     }
 
@@ -191,8 +190,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     ) -> Result<bool> {
         if only.is_none() {
             self.synchronize_and_free_events(None)?;
-            self.release_blocks(0, false)?;
-            self.release_blocks(0, true)?;
+            self.release_blocks(DEFAULT_SLOT, false)?;
+            self.release_blocks(DEFAULT_SLOT, true)?;
         }
         if self.pools.is_empty() {
             return Ok(true);
@@ -278,11 +277,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             return Ok(());
         }
         let target = self.total_allocated_memory - threshold;
-        let now = self.large.get_free_blocks_call_count;
+        let large = self.pools.block_pool(DEFAULT_SLOT, false);
+        let now = large.get_free_blocks_call_count;
         let age = |b: &crate::block::Block| now - b.gc_count_base;
         let mut total_age: u64 = 0;
         let mut freeable: u64 = 0;
-        for k in self.large.blocks.iter() {
+        for k in large.blocks.iter() {
             let b = self.blocks.get(k.id);
             if !b.is_split() {
                 total_age += age(b);
@@ -297,7 +297,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         while reclaimed < target && block_freed && freeable > 0 {
             let age_threshold = total_age as f64 / freeable as f64;
             block_freed = false;
-            let keys: Vec<SizeKey> = self.large.blocks.iter().collect();
+            let keys: Vec<SizeKey> = self
+                .pools
+                .block_pool(DEFAULT_SLOT, false)
+                .blocks
+                .iter()
+                .collect();
             for k in keys {
                 let b = self.blocks.get(k.id);
                 if !b.is_split() && b.expandable.is_none() && age(b) as f64 >= age_threshold {

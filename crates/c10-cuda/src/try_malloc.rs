@@ -71,7 +71,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// How the allocator would serve a request of `size` bytes on `stream` (PyTorch's
     /// `AllocParams`: rounded size, segment size, pool).
     pub fn request(&self, size: usize, stream: StreamId) -> Request {
-        Self::request_of(&self.params(size, stream))
+        Self::request_of(&self.sized(size, stream))
     }
 
     fn request_of(p: &Params) -> Request {
@@ -109,10 +109,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         placement: Placement,
     ) -> Result<MallocOutcome> {
         self.process_events()?;
-        let mut p = self.params(size, stream);
-        if p.pool == crate::private_pool::MISSING_POOL {
-            return Err(self.missing_pool_error(stream));
-        }
+        let mut p = self.params(size, stream)?;
         let found = match self.get_free_block(&p) {
             Some(id) => Some(id),
             None => self.find_or_grow(&mut p, false)?,
