@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::accounting::DeviceCall;
 use crate::block::{Block, BlockArena, BlockId, BlockPool, SizeKey};
 use crate::config::{AllocatorConfig, ConfigWarning};
 use crate::device::{DeviceError, DeviceMemory, DevicePtr, EventId, StreamId};
@@ -570,21 +571,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             Err(DeviceError::OutOfMemory { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        self.total_allocated_memory += size;
         let mut block = Block::new(ptr, size, p.stream, p.small);
         block.rank = self.take_registration();
         block.pool = p.pool;
         let id = self.blocks.insert(block);
-        self.pool_counted_alloc(p.pool);
-        self.pool_reserved(p.pool, p.small, size, true);
-        increase(&mut self.stats.segment, p.small, 1);
-        increase(&mut self.stats.reserved_bytes, p.small, size as u64);
-        if size >= self.config.max_split_size_or_max() {
-            self.stats.oversize_segments.increase(1);
-        }
-        self.stats.num_device_alloc += 1;
-        self.history
-            .record(TraceAction::SegmentAlloc, ptr, size as u64, p.stream);
+        self.account(DeviceCall::Malloc, p.pool, p.small, ptr, size, p.stream)?;
         Ok(Some(id))
     }
 

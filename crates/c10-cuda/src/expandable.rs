@@ -5,11 +5,11 @@
 //! Pages are 2 MiB in the small pool and 20 MiB in the large pool. A segment reserves 9/8 of
 //! the device's memory as address space so pages can be mapped past ranges that stay in use.
 
+use crate::accounting::DeviceCall;
 use crate::allocator::{DeviceCachingAllocator, Params};
 use crate::block::{AddrKey, Block, BlockId, SizeKey};
 use crate::device::{DeviceError, DeviceMemory, DevicePtr, StreamId};
 use crate::error::Result;
-use crate::history::TraceAction;
 use crate::sizes::{LARGE_BUFFER, SMALL_BUFFER};
 
 /// One expandable segment's page table (PyTorch's `ExpandableSegment`).
@@ -272,16 +272,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.try_merge_blocks(id, next);
         let pool = self.pools.block_pool_mut(bpool, small);
         pool.insert_into_blocks(id, self.blocks.get_mut(id));
-        self.pool_reserved(bpool, small, mapped_size, true);
-        self.total_allocated_memory += mapped_size;
-        crate::stats::increase(&mut self.stats.reserved_bytes, small, mapped_size as u64);
-        self.stats.num_device_alloc += 1;
-        self.history.record(
-            TraceAction::SegmentMap,
+        self.account(
+            DeviceCall::Map,
+            bpool,
+            small,
             mapped_ptr,
-            mapped_size as u64,
+            mapped_size,
             stream,
-        );
+        )?;
         Ok(Some(id))
     }
 
@@ -419,13 +417,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.try_merge_blocks(id, next);
         let key = AddrKey::of(id, self.blocks.get(id));
         self.block_pool_mut(bpool, small).unmapped.insert(key);
-        self.pool_reserved(bpool, small, usize_, false);
-        self.total_allocated_memory -= usize_;
-        crate::stats::decrease(&mut self.stats.reserved_bytes, small, usize_ as u64);
-        self.stats.num_device_free += 1;
-        self.history
-            .record(TraceAction::SegmentUnmap, uptr, usize_ as u64, stream);
-        self.pool_counted_release(bpool)?;
+        self.account(DeviceCall::Unmap, bpool, small, uptr, usize_, stream)?;
         Ok(id)
     }
 

@@ -1,10 +1,10 @@
 //! Importing segments that existed before a replay began (rebuilding a recorded start state).
 
+use crate::accounting::DeviceCall;
 use crate::allocator::DeviceCachingAllocator;
 use crate::block::{Block, BlockId};
 use crate::device::{DeviceMemory, DevicePtr, StreamId};
 use crate::error::Result;
-use crate::history::TraceAction;
 use crate::pool_table::DEFAULT_SLOT;
 use crate::stats::increase;
 
@@ -38,16 +38,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     ) -> Result<DevicePtr> {
         let total: usize = blocks.iter().map(|b| b.size).sum();
         let base = self.device.malloc(total)?;
-        self.total_allocated_memory += total;
-        increase(&mut self.stats.segment, small, 1);
-        increase(&mut self.stats.reserved_bytes, small, total as u64);
+        self.account(DeviceCall::Malloc, DEFAULT_SLOT, small, base, total, stream)?;
         let max_split = self.config.max_split_size_or_max();
-        if total >= max_split {
-            self.stats.oversize_segments.increase(1);
-        }
-        self.stats.num_device_alloc += 1;
-        self.history
-            .record(TraceAction::SegmentAlloc, base, total as u64, stream);
 
         let rank = self.take_registration();
         // Merge runs of free blocks first.

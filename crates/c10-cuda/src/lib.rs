@@ -54,6 +54,7 @@
 //! assert_eq!(alloc.reserved_bytes(), 0);
 //! # Ok::<(), c10_cuda::Error>(())
 //! ```
+mod accounting;
 mod address_space;
 pub mod allocator;
 mod block;

@@ -4,11 +4,11 @@
 //! `release_blocks`, `release_cached_blocks`, `release_available_cached_blocks` and
 //! `garbage_collect_cached_blocks`, as `impl` blocks of [`DeviceCachingAllocator`].
 
+use crate::accounting::DeviceCall;
 use crate::allocator::{DeviceCachingAllocator, Params};
 use crate::block::{BlockId, SizeKey};
 use crate::device::DeviceMemory;
 use crate::error::Result;
-use crate::history::TraceAction;
 use crate::pool_table::DEFAULT_SLOT;
 
 impl<D: DeviceMemory> DeviceCachingAllocator<D> {
@@ -122,20 +122,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         let (ptr, size, stream, small, pool) = (b.ptr, b.size, b.stream, b.small, b.pool);
         let key = SizeKey::of(id, b);
-        self.stats.num_device_free += 1;
-        self.history
-            .record(TraceAction::SegmentFree, ptr, size as u64, stream);
         self.device.free(ptr, size)?;
-        self.total_allocated_memory -= size;
-        crate::stats::decrease(&mut self.stats.segment, small, 1);
-        crate::stats::decrease(&mut self.stats.reserved_bytes, small, size as u64);
-        if size >= self.config.max_split_size_or_max() {
-            self.stats.oversize_segments.decrease(1);
-        }
         self.block_pool_mut(pool, small).blocks.remove(&key);
         self.blocks.remove(id);
-        self.pool_reserved(pool, small, size, false);
-        self.pool_counted_release(pool)?;
+        self.account(DeviceCall::Free, pool, small, ptr, size, stream)?;
         Ok(true)
     }
 
