@@ -584,29 +584,20 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     pub(crate) fn alloc_found_block(&mut self, p: &Params, found: BlockId) -> Allocation {
         let small = p.small;
         // One read of the found block: everything both paths need.
-        let (block_size, already_split, expandable, ptr, prev, rank) = {
+        let (block_size, already_split, expandable, ptr, prev) = {
             let b = self.blocks.get(found);
-            (b.size, b.is_split(), b.expandable, b.ptr, b.prev, b.rank)
+            (b.size, b.is_split(), b.expandable, b.ptr, b.prev)
         };
         let not_expandable = expandable.is_none();
         let (id, size) = if !p.no_split && should_split(block_size, p.size, p.small, &self.config) {
             // The allocation takes the low addresses; the remainder keeps the old id.
             let remaining = found;
-            let mut block = Block::new(ptr, p.size, p.stream, p.small);
-            block.expandable = expandable;
-            block.rank = rank;
-            block.pool = p.pool;
-            block.prev = prev;
-            block.next = Some(remaining);
+            let mut block = self.blocks.get(found).piece(ptr, p.size);
             block.allocated = true;
             block.requested_size = p.orig_size;
-            let id = self.blocks.insert(block);
-            if let Some(prev) = prev {
-                self.blocks.get_mut(prev).next = Some(id);
-            }
+            let id = self.blocks.splice(block, prev, Some(remaining));
             let pool = self.pools.block_pool_mut(p.pool, p.small);
             let r = self.blocks.get_mut(remaining);
-            r.prev = Some(id);
             r.ptr += p.size as u64;
             r.size -= p.size;
             let remaining_size = r.size;

@@ -86,6 +86,23 @@ impl Block {
         }
     }
 
+    /// A new block at `[ptr, ptr + size)` cut from `self`'s segment: it inherits what belongs
+    /// to the segment (the stream, the small or large pool, the pool slot, the expandable
+    /// segment and the rank) and the mapping state of the range it was cut from; the rest is a
+    /// new block's (free, no events, no links: [`BlockArena::splice`] links it). The one place
+    /// a split decides what a piece inherits (PyTorch makes the piece with its segment's stream
+    /// and pool and copies `expandable_segment_` and `registration_counter`).
+    #[inline(always)]
+    pub(crate) fn piece(&self, ptr: DevicePtr, size: usize) -> Self {
+        Block {
+            mapped: self.mapped,
+            expandable: self.expandable,
+            rank: self.rank,
+            pool: self.pool,
+            ..Block::new(ptr, size, self.stream, self.small)
+        }
+    }
+
     /// Part of a segment that has other blocks (PyTorch's `is_split`).
     #[inline(always)]
     pub(crate) fn is_split(&self) -> bool {
@@ -132,6 +149,29 @@ impl BlockArena {
                 BlockId((self.slots.len() - 1) as u32)
             }
         }
+    }
+
+    /// Inserts `block` between `before` and `after` in its segment's list and returns its id
+    /// (PyTorch's `Block::splice`): `before`'s `next` and `after`'s `prev` name it.
+    #[inline(always)]
+    pub(crate) fn splice(
+        &mut self,
+        mut block: Block,
+        before: Option<BlockId>,
+        after: Option<BlockId>,
+    ) -> BlockId {
+        debug_assert!(before.is_none_or(|b| self.get(b).next == after));
+        debug_assert!(after.is_none_or(|a| self.get(a).prev == before));
+        block.prev = before;
+        block.next = after;
+        let id = self.insert(block);
+        if let Some(b) = before {
+            self.get_mut(b).next = Some(id);
+        }
+        if let Some(a) = after {
+            self.get_mut(a).prev = Some(id);
+        }
+        id
     }
 
     /// Deletes a block (its slot is reused by a later insert).

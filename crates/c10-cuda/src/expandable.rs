@@ -240,32 +240,19 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         debug_assert_eq!(mapped_ptr, ptr);
         let key = AddrKey { stream, ptr, id };
         self.block_pool_mut(bpool, small).unmapped.remove(&key);
-        self.blocks.get_mut(id).mapped = true;
         if mapped_size < block_size {
-            // to_map -> remaining (unmapped) -> next
-            let next = self.blocks.get(id).next;
-            let mut remaining = Block::new(
-                ptr + mapped_size as u64,
-                block_size - mapped_size,
-                stream,
-                small,
+            // to_map -> remaining (unmapped, as `id` still is) -> next
+            let b = self.blocks.get(id);
+            let (remaining, next) = (
+                b.piece(ptr + mapped_size as u64, block_size - mapped_size),
+                b.next,
             );
-            remaining.mapped = false;
-            remaining.expandable = Some(seg);
-            remaining.rank = self.blocks.get(id).rank;
-            remaining.pool = bpool;
-            remaining.prev = Some(id);
-            remaining.next = next;
-            let rid = self.blocks.insert(remaining);
-            if let Some(n) = next {
-                self.blocks.get_mut(n).prev = Some(rid);
-            }
-            let b = self.blocks.get_mut(id);
-            b.next = Some(rid);
-            b.size = mapped_size;
+            let rid = self.blocks.splice(remaining, Some(id), next);
+            self.blocks.get_mut(id).size = mapped_size;
             let rkey = AddrKey::of(rid, self.blocks.get(rid));
             self.block_pool_mut(bpool, small).unmapped.insert(rkey);
         }
+        self.blocks.get_mut(id).mapped = true;
         let prev = self.blocks.get(id).prev;
         self.try_merge_blocks(id, prev);
         let next = self.blocks.get(id).next;
@@ -365,51 +352,28 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             return Ok(id);
         }
         let key = SizeKey::of(id, self.blocks.get(id));
-        let rank = key.rank;
         self.block_pool_mut(bpool, small).blocks.remove(&key);
         let before = (uptr - ptr) as usize;
-        let mut new_prev = prev;
         if before > 0 {
-            // prev -> before_free -> block
-            let mut bf = Block::new(ptr, before, stream, small);
-            bf.expandable = Some(seg);
-            bf.rank = rank;
-            bf.pool = bpool;
-            bf.prev = prev;
-            bf.next = Some(id);
-            let bid = self.blocks.insert(bf);
-            if let Some(p) = prev {
-                self.blocks.get_mut(p).next = Some(bid);
-            }
+            // prev -> before_free (mapped) -> block
+            let bf = self.blocks.get(id).piece(ptr, before);
+            let bid = self.blocks.splice(bf, prev, Some(id));
             let pool = self.pools.block_pool_mut(bpool, small);
             pool.insert_into_blocks(bid, self.blocks.get_mut(bid));
-            new_prev = Some(bid);
         }
         let after = size - before - usize_;
-        let mut new_next = next;
         if after > 0 {
-            // block -> after_free -> next
-            let mut af = Block::new(uptr + usize_ as u64, after, stream, small);
-            af.expandable = Some(seg);
-            af.rank = rank;
-            af.pool = bpool;
-            af.prev = Some(id);
-            af.next = next;
-            let aid = self.blocks.insert(af);
-            if let Some(n) = next {
-                self.blocks.get_mut(n).prev = Some(aid);
-            }
+            // block -> after_free (mapped) -> next
+            let af = self.blocks.get(id).piece(uptr + usize_ as u64, after);
+            let aid = self.blocks.splice(af, Some(id), next);
             let pool = self.pools.block_pool_mut(bpool, small);
             pool.insert_into_blocks(aid, self.blocks.get_mut(aid));
-            new_next = Some(aid);
         }
         {
             let b = self.blocks.get_mut(id);
             b.ptr = uptr;
             b.size = usize_;
             b.mapped = false;
-            b.prev = new_prev;
-            b.next = new_next;
         }
         let prev = self.blocks.get(id).prev;
         self.try_merge_blocks(id, prev);

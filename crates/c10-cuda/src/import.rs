@@ -55,15 +55,18 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let mut prev: Option<BlockId> = None;
         let mut free_ids = Vec::new();
         for b in &merged {
-            let mut block = Block::new(ptr, b.size, stream, small);
-            block.rank = rank;
-            block.prev = prev;
+            let mut block = match prev {
+                // The blocks after the first are pieces of its segment.
+                Some(p) => self.blocks.get(p).piece(ptr, b.size),
+                None => {
+                    let mut first = Block::new(ptr, b.size, stream, small);
+                    first.rank = rank;
+                    first
+                }
+            };
             block.allocated = b.allocated;
             block.requested_size = b.requested;
-            let id = self.blocks.insert(block);
-            if let Some(p) = prev {
-                self.blocks.get_mut(p).next = Some(id);
-            }
+            let id = self.blocks.splice(block, prev, None);
             if b.allocated {
                 self.allocated.insert(ptr, id);
                 let stats = &mut self.stats;

@@ -38,22 +38,15 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if p.no_split || !should_split(size, p.size, p.small, &self.config) {
             return found;
         }
-        // The high part copies every field of the block (its segment's mapping and rank, say),
-        // then takes its place in the list.
-        let mut high = self.blocks.get(found).clone();
-        high.ptr = ptr + (size - p.size) as u64;
-        high.size = p.size;
-        high.prev = Some(found);
-        high.next = next;
-        high.stream_uses = Vec::new();
-        let hid = self.blocks.insert(high);
-        if let Some(n) = next {
-            self.blocks.get_mut(n).prev = Some(hid);
-        }
+        // The high part is a piece of the block's segment, linked after it.
+        let high = self
+            .blocks
+            .get(found)
+            .piece(ptr + (size - p.size) as u64, p.size);
+        let hid = self.blocks.splice(high, Some(found), next);
         let pool = self.pools.block_pool_mut(p.pool, p.small);
         let low = self.blocks.get_mut(found);
         low.size = size - p.size;
-        low.next = Some(hid);
         pool.insert_into_blocks(found, low);
         if !expandable {
             // Both parts count as inactive split blocks until the high one is handed out
