@@ -59,11 +59,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let up = matches!(call, DeviceCall::Malloc | DeviceCall::Map);
         let stats = &mut self.stats;
         if up {
-            self.total_allocated_memory += bytes;
             increase(&mut stats.reserved_bytes, small, bytes as u64);
             stats.num_device_alloc += 1;
         } else {
-            self.total_allocated_memory -= bytes;
             decrease(&mut stats.reserved_bytes, small, bytes as u64);
             stats.num_device_free += 1;
         }

@@ -56,8 +56,6 @@ pub struct DeviceCachingAllocator<D: DeviceMemory> {
     /// Allocated blocks by address (PyTorch's `allocated_blocks` map of the front).
     pub(crate) allocated: PtrMap,
     pub(crate) stats: DeviceStats,
-    /// Reserved bytes (PyTorch's `total_allocated_memory`).
-    pub(crate) total_allocated_memory: usize,
     /// `Some(bytes)` when a per-process memory fraction is set (`allowed_memory_maximum`).
     pub(crate) allowed_memory_maximum: Option<usize>,
     /// Outstanding events per stream, FIFO (PyTorch's `cuda_events`).
@@ -69,9 +67,6 @@ pub struct DeviceCachingAllocator<D: DeviceMemory> {
     pub(crate) warnings: Vec<ConfigWarning>,
     /// The PyTorch version's rules and the deliberate fixes, fixed at construction.
     pub(crate) rules: Rules,
-    /// Whether new segments take a registration counter ([`Rules`]: torch 2.15 orders equal-size
-    /// free blocks by it); decided at construction so that no malloc looks at the version.
-    pub(crate) rank_segments: bool,
     /// The registration counter the next segment takes (PyTorch 2.15's `registration_counter`,
     /// one more for every `cudaMalloc`ed or reserved segment).
     pub(crate) next_registration: u64,
@@ -167,7 +162,6 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             blocks: BlockArena::with_capacity(INITIAL_BLOCKS),
             allocated: PtrMap::with_capacity(INITIAL_BLOCKS),
             stats,
-            total_allocated_memory: 0,
             allowed_memory_maximum: None,
             events: BTreeMap::new(),
             expandable_segments: Vec::new(),
@@ -175,7 +169,6 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             device_total: info.total,
             warnings,
             rules,
-            rank_segments: rules.version.ties_by_segment_age(),
             next_registration: 0,
             pools: PoolTable::default(),
         };
@@ -209,9 +202,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         &self.warnings
     }
 
-    /// Bytes reserved from the device (PyTorch's `total_allocated_memory`).
+    /// Bytes reserved from the device (PyTorch's `total_allocated_memory`):
+    /// `reserved_bytes.all.current` of [`Self::stats`], which is what it always equals, read
+    /// without copying the stats.
+    #[inline]
     pub fn reserved_bytes(&self) -> usize {
-        self.total_allocated_memory
+        let [_, small, large] = &self.stats.reserved_bytes;
+        (small.current + large.current) as usize
     }
 
     /// Limits reserved memory to `fraction` of the device's total memory
@@ -418,9 +415,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     }
 
     /// The rank of a new segment: the next registration counter under torch 2.15's rules
-    /// (PyTorch 2.15's `registration_counter`), 0 under 2.7's.
+    /// (PyTorch 2.15's `registration_counter`), 0 under 2.7's. Segment creation is a cold path,
+    /// so this asks the version.
     pub(crate) fn take_registration(&mut self) -> u64 {
-        if !self.rank_segments {
+        if !self.rules.version.ties_by_segment_age() {
             return 0;
         }
         let r = self.next_registration;
@@ -553,7 +551,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         let size = p.alloc_size;
         if let Some(allowed) = self.allowed_memory_maximum {
-            if self.total_allocated_memory.saturating_add(size) > allowed {
+            if self.reserved_bytes().saturating_add(size) > allowed {
                 return Ok(None);
             }
         }

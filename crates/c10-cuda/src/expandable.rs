@@ -281,7 +281,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if let Some(allowed) = self.allowed_memory_maximum {
             if self.rules.fixes.expandable_fraction_limit {
                 let map = self.expandable_bytes_to_map(found, p.small, p.size);
-                if self.total_allocated_memory.saturating_add(map) > allowed {
+                if self.reserved_bytes().saturating_add(map) > allowed {
                     return Ok(None);
                 }
             }

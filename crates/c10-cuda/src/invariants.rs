@@ -157,7 +157,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         for (k, p) in self.pools.iter() {
             let reserved = private_reserved.get(&k).copied().unwrap_or(0);
             let stat = self
-                .stats
+                .stats()
                 .reserved_bytes_by_private_pools
                 .get(&p.id)
                 .map_or(0, |a| a[StatType::Aggregate as usize].current);
@@ -184,10 +184,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if allocated != self.allocated.len() {
             return Err("the pointer map holds pointers of blocks that are not allocated".into());
         }
-        if mapped_bytes != self.total_allocated_memory {
+        if mapped_bytes != self.reserved_bytes() {
             return Err(format!(
                 "reserved bytes {} != mapped block bytes {}",
-                self.total_allocated_memory, mapped_bytes
+                self.reserved_bytes(),
+                mapped_bytes
             ));
         }
         let s = &self.stats();

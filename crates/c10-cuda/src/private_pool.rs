@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::pool_table::Route;
 use crate::rules::TorchVersion;
 use crate::snapshot::DeviceSnapshot;
-use crate::stats::{StatArray, StatType};
+use crate::stats::{decrease, increase};
 
 pub use crate::pool_id::{MempoolId, StreamFilter};
 
@@ -192,22 +192,6 @@ pub enum PoolError {
         /// Its use count.
         use_count: i64,
     },
-}
-
-/// `amount` added to (`up`) or taken from pool `small`'s and the aggregate's stat of `arr`.
-fn bump(arr: &mut StatArray, small: bool, amount: u64, up: bool) {
-    let t = if small {
-        StatType::SmallPool
-    } else {
-        StatType::LargePool
-    } as usize;
-    for i in [StatType::Aggregate as usize, t] {
-        if up {
-            arr[i].increase(amount);
-        } else {
-            arr[i].decrease(amount);
-        }
-    }
 }
 
 impl<D: DeviceMemory> DeviceCachingAllocator<D> {
@@ -593,7 +577,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             .reserved_bytes_by_private_pools
             .entry(id)
             .or_default();
-        bump(arr, small, bytes as u64, up);
+        if up {
+            increase(arr, small, bytes as u64);
+        } else {
+            decrease(arr, small, bytes as u64);
+        }
     }
 
     /// The freeable pools in PyTorch's order.

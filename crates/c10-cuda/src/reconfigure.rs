@@ -33,7 +33,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if self.holds_memory() {
             return Err(Error::ConfigInUse {
                 device: self.device.index(),
-                reserved: self.total_allocated_memory,
+                reserved: self.reserved_bytes(),
                 blocks: self.blocks.iter().count(),
             });
         }

@@ -263,10 +263,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             return Ok(());
         };
         let threshold = (self.config.garbage_collection_threshold * allowed as f64) as usize;
-        if self.total_allocated_memory <= threshold {
+        let reserved = self.reserved_bytes();
+        if reserved <= threshold {
             return Ok(());
         }
-        let target = self.total_allocated_memory - threshold;
+        let target = reserved - threshold;
         let large = self.pools.block_pool(DEFAULT_SLOT, false);
         let now = large.get_free_blocks_call_count;
         let age = |b: &crate::block::Block| now - b.gc_count_base;

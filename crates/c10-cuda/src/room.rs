@@ -392,7 +392,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let req = miss.request;
         let mut headroom = miss.device_free;
         if let Some(allowed) = self.allowed_memory_maximum {
-            headroom = headroom.min(allowed.saturating_sub(self.total_allocated_memory));
+            headroom = headroom.min(allowed.saturating_sub(self.reserved_bytes()));
         }
         let growth = if self.config.expandable_segments {
             let page = match req.pool {

@@ -211,8 +211,8 @@ pub struct DeviceStats {
     pub torch: TorchVersion,
     /// Bytes reserved by each private pool seen so far, by id (torch 2.15's
     /// `reserved_bytes_by_private_pools`, reported by [`DeviceStats::memory_stats`] under 2.15's
-    /// rules only). Aggregate and pool stats are both kept; a forgotten pool's `current` is 0,
-    /// its peak and totals stay.
+    /// rules only), kept as the other arrays are (see the note on how the allocator keeps its
+    /// arrays); a forgotten pool's `current` is 0, its peak and totals stay.
     pub reserved_bytes_by_private_pools: BTreeMap<crate::private_pool::MempoolId, StatArray>,
 }
 
@@ -322,12 +322,16 @@ impl DeviceStats {
     /// `freed`; the aggregate's peak is kept as it is tracked). See the note on how the
     /// allocator keeps its arrays.
     pub(crate) fn materialize(&mut self) {
-        for array in self.arrays_mut() {
+        fn sum(array: &mut StatArray) {
             let [aggregate, small_pool, large_pool] = array;
             aggregate.current = small_pool.current + large_pool.current;
             aggregate.allocated = small_pool.allocated + large_pool.allocated;
             aggregate.freed = small_pool.freed + large_pool.freed;
         }
+        self.arrays_mut().into_iter().for_each(sum);
+        self.reserved_bytes_by_private_pools
+            .values_mut()
+            .for_each(sum);
     }
 
     /// `peak = current` for every stat (PyTorch's `resetPeakStats`).
