@@ -7,17 +7,16 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::accounting::DeviceCall;
-use crate::block::{Block, BlockArena, BlockId, BlockPool, SizeKey};
+use crate::accounting::{DeviceCall, count_device_call};
+use crate::block::{Block, BlockArena, BlockId, SizeKey};
 use crate::config::{AllocatorConfig, ConfigWarning};
 use crate::device::{DeviceError, DeviceMemory, DevicePtr, EventId, StreamId};
 use crate::error::{Error, Result};
-use crate::expandable::ExpandableSegment;
+use crate::expandable_segment::ExpandableSegment;
 use crate::history::{Clock, History, TraceAction, TraceEntry};
 use crate::oom::OutOfMemoryError;
-use crate::pool_table::{DEFAULT_SLOT, PoolTable, Route};
+use crate::pool_table::{BlockPool, DEFAULT_SLOT, PoolTable, Route};
 use crate::ptr_map::PtrMap;
-use crate::reconfigure::fit_to_device;
 use crate::rules::Rules;
 use crate::sizes::{get_allocation_size, is_small, round_size, should_split};
 use crate::stats::{DeviceStats, StatType, decrease, increase};
@@ -577,6 +576,41 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         Ok(Some(id))
     }
 
+    /// The one accounting path of device memory: counts `bytes` at `ptr` reserved (`Malloc`,
+    /// `Map`) or given back (`Free`, `Unmap`) by the pools of slot `pool` (small or large) for
+    /// `stream`, after the device call succeeded: the stats ([`count_device_call`]), the
+    /// private pool's `reserved_bytes_by_private_pools` and `cudaMalloc_count` (a segment
+    /// allocated counts one; pages mapped count none here, as PyTorch counts one per request in
+    /// `alloc_block`; every release counts one back), and the history entry. The same updates
+    /// as PyTorch's, in its order.
+    ///
+    /// # Errors
+    /// [`crate::private_pool::PoolError::NoAllocationCounted`] when a private pool gives back
+    /// memory while its `cudaMalloc_count` is 0 (after everything else was counted, as
+    /// PyTorch's assertion fails there).
+    pub(crate) fn account(
+        &mut self,
+        call: DeviceCall,
+        pool: u32,
+        small: bool,
+        ptr: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        let max_split = self.config.max_split_size_or_max();
+        count_device_call(&mut self.stats, call, small, bytes, max_split);
+        let up = matches!(call, DeviceCall::Malloc | DeviceCall::Map);
+        self.pool_reserved(pool, small, bytes, up);
+        self.history
+            .record(call.action(), ptr, bytes as u64, stream);
+        match call {
+            DeviceCall::Malloc => self.pool_counted_alloc(pool),
+            DeviceCall::Map => {}
+            DeviceCall::Free | DeviceCall::Unmap => self.pool_counted_release(pool)?,
+        }
+        Ok(())
+    }
+
     /// Hands out a found block, splitting it if the rules say so (PyTorch's `alloc_found_block`).
     #[inline(always)]
     pub(crate) fn alloc_found_block(&mut self, p: &Params, found: BlockId) -> Allocation {
@@ -943,4 +977,22 @@ fn apply_net(arr: &mut crate::stats::StatArray, small: bool, net: i64) {
     } else if net < 0 {
         decrease(arr, small, net.unsigned_abs());
     }
+}
+
+/// Turns off what `device` cannot do in `config` (expandable segments without virtual memory
+/// management, as PyTorch does) and returns the warnings of the configuration as applied: the
+/// device-dependent ones, then [`AllocatorConfig::validate_warnings`].
+pub(crate) fn fit_to_device<D: DeviceMemory + ?Sized>(
+    config: &mut AllocatorConfig,
+    device: &D,
+) -> Vec<ConfigWarning> {
+    let mut warnings = Vec::new();
+    if config.expandable_segments && !device.supports_virtual_memory() {
+        config.expandable_segments = false;
+        warnings.push(ConfigWarning::ExpandableSegmentsUnsupported {
+            device: device.index(),
+        });
+    }
+    warnings.extend(config.validate_warnings());
+    warnings
 }

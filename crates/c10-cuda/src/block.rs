@@ -7,10 +7,6 @@
 //! under torch 2.15's rules, 0 under 2.7's), and (for expandable segments) its unmapped blocks
 //! ordered by `(stream, address)`.
 
-use std::collections::BTreeSet;
-
-use crate::free_index::FreeIndex;
-
 use crate::device::{DevicePtr, StreamId};
 
 /// Index of a block in the [`BlockArena`]. Ids are reused after a block is deleted.
@@ -259,35 +255,5 @@ impl AddrKey {
             ptr: b.ptr,
             id,
         }
-    }
-}
-
-/// A pool of free blocks (PyTorch's `BlockPool`): the small pool or the large pool.
-#[derive(Debug)]
-pub(crate) struct BlockPool {
-    /// Free, mapped blocks in best-fit order.
-    pub(crate) blocks: FreeIndex,
-    /// Free, unmapped blocks of expandable segments in address order.
-    pub(crate) unmapped: BTreeSet<AddrKey>,
-    /// Best-fit searches so far (counted only while garbage collection is active).
-    pub(crate) get_free_blocks_call_count: u64,
-}
-
-impl BlockPool {
-    /// An empty pool whose free blocks are usually at most `max_block` bytes (a sizing hint).
-    pub(crate) fn new(max_block: usize) -> Self {
-        BlockPool {
-            blocks: FreeIndex::for_sizes_up_to(max_block),
-            unmapped: BTreeSet::new(),
-            get_free_blocks_call_count: 0,
-        }
-    }
-
-    /// Inserts a free mapped block, stamping its GC age base (PyTorch's `insert_into_blocks`).
-    #[inline(always)]
-    pub(crate) fn insert_into_blocks(&mut self, id: BlockId, b: &mut Block) {
-        b.gc_count_base = self.get_free_blocks_call_count;
-        let inserted = self.blocks.insert(SizeKey::of(id, b));
-        debug_assert!(inserted, "block inserted twice into its pool");
     }
 }

@@ -53,7 +53,7 @@ pub enum Error {
     Config(#[from] ConfigError),
     /// A private-pool call was refused (PyTorch's checks on `MempoolId_t`s).
     #[error(transparent)]
-    Pool(#[from] crate::private_pool::PoolError),
+    Pool(#[from] crate::pool_types::PoolError),
     /// The configuration cannot change while the device's allocator holds memory
     /// ([`crate::DeviceCachingAllocator::set_config`]).
     #[error(

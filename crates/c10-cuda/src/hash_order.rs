@@ -10,7 +10,7 @@
 //! them. Checked against the real allocators (torch-oracle, both versions): with ids 1..=6
 //! inserted in order the walk is 5, 2, 4, 1, 6, 3.
 
-use crate::private_pool::MempoolId;
+use crate::pool_types::MempoolId;
 
 /// Knuth's multiplicative constant (2^64 / golden ratio), c10's `fibonacci_hash_policy`.
 const FIBONACCI: u64 = 11_400_714_819_323_198_485;

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::device::StreamId;
-use crate::observer::TraceTracker;
 
 /// What happened (PyTorch's `TraceEntry::Action`, spelled as in snapshots).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -379,3 +378,12 @@ impl History {
         self.entries.clear();
     }
 }
+
+/// A function called with every trace entry as the allocator makes it (PyTorch's
+/// `AllocatorTraceTracker`), with the device index: whether or not history is being
+/// recorded, as in PyTorch.
+///
+/// It runs while the device's allocator lock is held, as in PyTorch: it must not call back into
+/// the allocator of that device (that would deadlock), and any lock it takes must never be held
+/// by a thread that waits on the allocator.
+pub type TraceTracker = Arc<dyn Fn(u8, &TraceEntry) + Send + Sync>;

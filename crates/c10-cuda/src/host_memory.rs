@@ -4,13 +4,24 @@
 
 use std::alloc::Layout;
 
-use crate::sim::SharedRegionInfo;
-
 #[cfg(target_os = "linux")]
 use crate::shared_memory::{SIM_RESERVATION_KIND, SIM_SEGMENT_KIND, SharedRegion};
 
 /// What another process needs to know of `region`.
 #[cfg(target_os = "linux")]
+/// The shareable memfd region behind a host-backed segment or reservation, as another process
+/// needs it: this process's descriptor number, the nonce in the region's memfd name
+/// (`tensormem:<kind>:<nonce>`, see [`crate::shared_memory`]) and its size in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SharedRegionInfo {
+    /// The region's descriptor in this process (open while the memory lives).
+    pub fd: i32,
+    /// The nonce in its memfd name.
+    pub nonce: u64,
+    /// Bytes of the region.
+    pub size: usize,
+}
+
 fn region_info(region: &SharedRegion) -> SharedRegionInfo {
     SharedRegionInfo {
         fd: region.raw_fd(),

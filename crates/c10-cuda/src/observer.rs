@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use crate::history::TraceEntry;
 use crate::oom::OutOfMemoryError;
 
 /// What an out-of-memory observer is told: the arguments PyTorch passes to an
@@ -59,11 +58,4 @@ impl OomObservation {
 /// back into the allocator, e.g. to take a snapshot, as PyTorch's memory docs show.
 pub type OutOfMemoryObserver = Arc<dyn Fn(&OomObservation) + Send + Sync>;
 
-/// A function called with every trace entry as the allocator makes it (PyTorch's
-/// `AllocatorTraceTracker`), with the device index: whether or not history is being
-/// recorded, as in PyTorch.
-///
-/// It runs while the device's allocator lock is held, as in PyTorch: it must not call back into
-/// the allocator of that device (that would deadlock), and any lock it takes must never be held
-/// by a thread that waits on the allocator.
-pub type TraceTracker = Arc<dyn Fn(u8, &TraceEntry) + Send + Sync>;
+pub use crate::history::TraceTracker;

@@ -7,12 +7,13 @@
 //! pool has (use count, `cudaMalloc_count`, `no_split`) is its slot's `owner` (PyTorch's
 //! `BlockPool::owner_PrivatePool`, null for the default pools).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::block::{BlockId, BlockPool};
+use crate::block::{AddrKey, Block, BlockId, SizeKey};
 use crate::device::StreamId;
+use crate::free_index::FreeIndex;
 use crate::hash_order::HashOrder;
-use crate::pool_id::{MempoolId, StreamFilter};
+use crate::pool_types::{MempoolId, StreamFilter};
 
 /// The slot of the default pools.
 pub(crate) const DEFAULT_SLOT: u32 = 0;
@@ -28,7 +29,7 @@ pub(crate) enum Route {
         no_split: bool,
     },
     /// A begun private pool that was forgotten meanwhile (it was freeable and emptied while
-    /// begun): the request is refused ([`crate::private_pool::PoolError::RoutedToMissingPool`]).
+    /// begun): the request is refused ([`crate::pool_types::PoolError::RoutedToMissingPool`]).
     Missing(MempoolId),
 }
 
@@ -191,7 +192,7 @@ impl PoolTable {
 
     /// The orphaned slots, by slot number: pools forgotten (not begun) while blocks still
     /// named them, which only PyTorch's expandable-segment bookkeeping allows (see
-    /// [`crate::private_pool::PoolError::NoAllocationCounted`]). The global `empty_cache`
+    /// [`crate::pool_types::PoolError::NoAllocationCounted`]). The global `empty_cache`
     /// releases their cached segments.
     pub(crate) fn orphans(&self) -> Vec<u32> {
         self.iter()
@@ -272,5 +273,35 @@ impl PoolTable {
     /// whose pool was forgotten while it was being served).
     pub(crate) fn missing_route(&self, stream: StreamId, last_wins: bool) -> Option<MempoolId> {
         self.begun_for(stream, last_wins)
+    }
+}
+
+/// A pool of free blocks (PyTorch's `BlockPool`): the small pool or the large pool.
+#[derive(Debug)]
+pub(crate) struct BlockPool {
+    /// Free, mapped blocks in best-fit order.
+    pub(crate) blocks: FreeIndex,
+    /// Free, unmapped blocks of expandable segments in address order.
+    pub(crate) unmapped: BTreeSet<AddrKey>,
+    /// Best-fit searches so far (counted only while garbage collection is active).
+    pub(crate) get_free_blocks_call_count: u64,
+}
+
+impl BlockPool {
+    /// An empty pool whose free blocks are usually at most `max_block` bytes (a sizing hint).
+    pub(crate) fn new(max_block: usize) -> Self {
+        BlockPool {
+            blocks: FreeIndex::for_sizes_up_to(max_block),
+            unmapped: BTreeSet::new(),
+            get_free_blocks_call_count: 0,
+        }
+    }
+
+    /// Inserts a free mapped block, stamping its GC age base (PyTorch's `insert_into_blocks`).
+    #[inline(always)]
+    pub(crate) fn insert_into_blocks(&mut self, id: BlockId, b: &mut Block) {
+        b.gc_count_base = self.get_free_blocks_call_count;
+        let inserted = self.blocks.insert(SizeKey::of(id, b));
+        debug_assert!(inserted, "block inserted twice into its pool");
     }
 }

@@ -1,8 +1,8 @@
 //! Changing the configuration of an allocator that holds no memory (PyTorch's
 //! `torch.cuda.memory._set_allocator_settings`, restricted).
 
-use crate::allocator::DeviceCachingAllocator;
-use crate::config::{AllocatorConfig, ConfigWarning};
+use crate::allocator::{DeviceCachingAllocator, fit_to_device};
+use crate::config::AllocatorConfig;
 use crate::device::DeviceMemory;
 use crate::error::{Error, Result};
 
@@ -47,22 +47,4 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         Ok(())
     }
-}
-
-/// Turns off what `device` cannot do in `config` (expandable segments without virtual memory
-/// management, as PyTorch does) and returns the warnings of the configuration as applied: the
-/// device-dependent ones, then [`AllocatorConfig::validate_warnings`].
-pub(crate) fn fit_to_device<D: DeviceMemory + ?Sized>(
-    config: &mut AllocatorConfig,
-    device: &D,
-) -> Vec<ConfigWarning> {
-    let mut warnings = Vec::new();
-    if config.expandable_segments && !device.supports_virtual_memory() {
-        config.expandable_segments = false;
-        warnings.push(ConfigWarning::ExpandableSegmentsUnsupported {
-            device: device.index(),
-        });
-    }
-    warnings.extend(config.validate_warnings());
-    warnings
 }

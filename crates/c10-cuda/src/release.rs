@@ -84,7 +84,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     pub(crate) fn synchronize_and_free_events(&mut self, pool: Option<u32>) -> Result<()> {
         self.stats.num_sync_all_streams += 1;
         if self.capture_underway() {
-            return Err(crate::private_pool::PoolError::CaptureUnderway {
+            return Err(crate::pool_types::PoolError::CaptureUnderway {
                 begun: self.pools.begun.len(),
             }
             .into());
@@ -176,7 +176,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// private pool only, if it is freeable, after its own blocks' events.
     pub(crate) fn release_cached_blocks(
         &mut self,
-        only: Option<crate::private_pool::MempoolId>,
+        only: Option<crate::pool_types::MempoolId>,
     ) -> Result<bool> {
         if only.is_none() {
             self.synchronize_and_free_events(None)?;

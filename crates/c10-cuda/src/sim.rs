@@ -35,18 +35,7 @@ pub enum HostRegion {
     Reservation,
 }
 
-/// The shareable memfd region behind a host-backed segment or reservation, as another process
-/// needs it: this process's descriptor number, the nonce in the region's memfd name
-/// (`tensormem:<kind>:<nonce>`, see [`crate::shared_memory`]) and its size in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SharedRegionInfo {
-    /// The region's descriptor in this process (open while the memory lives).
-    pub fd: i32,
-    /// The nonce in its memfd name.
-    pub nonce: u64,
-    /// Bytes of the region.
-    pub size: usize,
-}
+pub use crate::host_memory::SharedRegionInfo;
 
 /// What [`SimDevice::shared_region`] found at an address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

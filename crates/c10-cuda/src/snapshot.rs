@@ -84,7 +84,7 @@ pub struct SegmentInfo {
     pub is_expandable: bool,
     /// The private pool holding the segment, `(0, 0)` for the default pools (the snapshot's
     /// `segment_pool_id`, PyTorch's `SegmentInfo::owner_private_pool_id`).
-    pub segment_pool_id: crate::private_pool::MempoolId,
+    pub segment_pool_id: crate::pool_types::MempoolId,
     /// The blocks, in address order.
     pub blocks: Vec<BlockInfo>,
     /// The stack of the `cudaMalloc` (or first mapping) that made the segment (PyTorch's

@@ -213,7 +213,7 @@ pub struct DeviceStats {
     /// `reserved_bytes_by_private_pools`, reported by [`DeviceStats::memory_stats`] under 2.15's
     /// rules only), kept as the other arrays are (see the note on how the allocator keeps its
     /// arrays); a forgotten pool's `current` is 0, its peak and totals stay.
-    pub reserved_bytes_by_private_pools: BTreeMap<crate::private_pool::MempoolId, StatArray>,
+    pub reserved_bytes_by_private_pools: BTreeMap<crate::pool_types::MempoolId, StatArray>,
 }
 
 /// The nine stat arrays in the order PyTorch's `memory_stats()` emits them.

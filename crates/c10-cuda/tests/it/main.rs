@@ -13,6 +13,7 @@ mod front_concurrency;
 mod history_frames;
 mod history_snapshot;
 mod mem_pool_guard;
+mod module_layers;
 mod observers;
 mod private_pools;
 mod proptest_allocator;
