@@ -67,3 +67,72 @@ pub(crate) fn count_device_call(
         }
     }
 }
+
+/// What the allocator counts (PyTorch's `stats`, `allowed_memory_maximum` and the device's
+/// total): the stats as kept, which only this sub-state reads (the pool stats and the
+/// aggregates' peaks; the aggregates' `current`, `allocated` and `freed` are summed when the
+/// stats are built, [`Accounting::stats`]), and the memory limit.
+#[derive(Debug)]
+pub(crate) struct Accounting {
+    kept: DeviceStats,
+    /// `Some(bytes)` when a per-process memory fraction is set (`allowed_memory_maximum`).
+    pub(crate) allowed_memory_maximum: Option<usize>,
+    /// The device's total memory in bytes, as last reported.
+    pub(crate) device_total: usize,
+}
+
+impl Accounting {
+    /// Accounting from `kept` (fresh stats) on a device of `device_total` bytes, no limit.
+    pub(crate) fn new(kept: DeviceStats, device_total: usize) -> Accounting {
+        Accounting {
+            kept,
+            allowed_memory_maximum: None,
+            device_total,
+        }
+    }
+
+    /// The stats as PyTorch reports them (`getDeviceStats`), built now.
+    pub(crate) fn stats(&self) -> DeviceStats {
+        let mut stats = self.kept.clone();
+        stats.materialize();
+        stats
+    }
+
+    /// The stats as kept, to update (never to read an aggregate from: see [`Self::stats`]).
+    #[inline(always)]
+    pub(crate) fn kept_mut(&mut self) -> &mut DeviceStats {
+        &mut self.kept
+    }
+
+    /// Bytes reserved from the device: `reserved_bytes.all.current`.
+    #[inline]
+    pub(crate) fn reserved_bytes(&self) -> usize {
+        let [_, small, large] = &self.kept.reserved_bytes;
+        (small.current + large.current) as usize
+    }
+
+    /// Bytes of live allocations: `allocated_bytes.all.current`.
+    #[inline]
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        let [_, small, large] = &self.kept.allocated_bytes;
+        (small.current + large.current) as usize
+    }
+
+    /// [`count_device_call`] on the kept stats.
+    #[inline]
+    pub(crate) fn device_call(
+        &mut self,
+        call: DeviceCall,
+        small: bool,
+        bytes: usize,
+        max_split: usize,
+    ) {
+        count_device_call(&mut self.kept, call, small, bytes, max_split);
+    }
+
+    /// `peak = current` everywhere (PyTorch's `resetPeakStats`), aggregates summed first.
+    pub(crate) fn reset_peak(&mut self) {
+        self.kept.materialize();
+        self.kept.reset_peak();
+    }
+}

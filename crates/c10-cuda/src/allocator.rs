@@ -5,18 +5,16 @@
 //! expandable-segment paths in `expandable.rs`, snapshots in `snapshot.rs`; all are `impl`
 //! blocks of [`DeviceCachingAllocator`].
 
-use std::collections::{BTreeMap, VecDeque};
-
-use crate::accounting::{DeviceCall, count_device_call};
-use crate::block::{Block, BlockArena, BlockId, SizeKey};
+use crate::accounting::{Accounting, DeviceCall};
+use crate::block::{Block, BlockId, SizeKey};
+use crate::block_store::BlockStore;
 use crate::config::{AllocatorConfig, ConfigWarning};
-use crate::device::{DeviceError, DeviceMemory, DevicePtr, EventId, StreamId};
+use crate::device::{DeviceError, DeviceMemory, DevicePtr, StreamId};
 use crate::error::{Error, Result};
-use crate::expandable_segment::ExpandableSegment;
+use crate::events::Events;
 use crate::history::{Clock, History, TraceAction, TraceEntry};
 use crate::oom::OutOfMemoryError;
 use crate::pool_table::{BlockPool, DEFAULT_SLOT, PoolTable, Route};
-use crate::ptr_map::PtrMap;
 use crate::rules::Rules;
 use crate::sizes::{get_allocation_size, is_small, round_size, should_split};
 use crate::stats::{DeviceStats, StatType, decrease, increase};
@@ -49,26 +47,22 @@ pub struct CacheInfo {
 /// Not thread safe by itself (`&mut self`); [`crate::CachingAllocator`] puts one behind a mutex
 /// per device. Sizes are bytes; addresses are device addresses.
 pub struct DeviceCachingAllocator<D: DeviceMemory> {
+    /// The device backend.
     pub(crate) device: D,
+    /// The configuration in force.
     pub(crate) config: AllocatorConfig,
-    pub(crate) blocks: BlockArena,
-    /// Allocated blocks by address (PyTorch's `allocated_blocks` map of the front).
-    pub(crate) allocated: PtrMap,
-    pub(crate) stats: DeviceStats,
-    /// `Some(bytes)` when a per-process memory fraction is set (`allowed_memory_maximum`).
-    pub(crate) allowed_memory_maximum: Option<usize>,
+    /// The blocks, the allocated ones by address, expandable segments' page tables.
+    pub(crate) blocks: BlockStore,
+    /// The stats (built on read), the memory limit and the device's total.
+    pub(crate) accounting: Accounting,
     /// Outstanding events per stream, FIFO (PyTorch's `cuda_events`).
-    pub(crate) events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
-    pub(crate) expandable_segments: Vec<Option<ExpandableSegment>>,
+    pub(crate) events: Events,
+    /// The memory history and trace trackers.
     pub(crate) history: History,
-    pub(crate) device_total: usize,
     /// The warnings of the configuration in force ([`DeviceCachingAllocator::warnings`]).
     pub(crate) warnings: Vec<ConfigWarning>,
     /// The PyTorch version's rules and the deliberate fixes, fixed at construction.
     pub(crate) rules: Rules,
-    /// The registration counter the next segment takes (PyTorch 2.15's `registration_counter`,
-    /// one more for every `cudaMalloc`ed or reserved segment).
-    pub(crate) next_registration: u64,
     /// The pool table: the default pools in slot 0, private pools after them (PyTorch's
     /// `large_blocks`, `small_blocks`, `graph_pools`, `captures_underway`...; `pool_table.rs`).
     pub(crate) pools: PoolTable,
@@ -158,17 +152,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let mut this = DeviceCachingAllocator {
             device,
             config,
-            blocks: BlockArena::with_capacity(INITIAL_BLOCKS),
-            allocated: PtrMap::with_capacity(INITIAL_BLOCKS),
-            stats,
-            allowed_memory_maximum: None,
-            events: BTreeMap::new(),
-            expandable_segments: Vec::new(),
+            blocks: BlockStore::with_capacity(INITIAL_BLOCKS),
+            accounting: Accounting::new(stats, info.total),
+            events: Events::default(),
             history: History::default(),
-            device_total: info.total,
             warnings,
             rules,
-            next_registration: 0,
             pools: PoolTable::default(),
         };
         if let Some(f) = this.config.per_process_memory_fraction {
@@ -206,8 +195,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// without copying the stats.
     #[inline]
     pub fn reserved_bytes(&self) -> usize {
-        let [_, small, large] = &self.stats.reserved_bytes;
-        (small.current + large.current) as usize
+        self.accounting.reserved_bytes()
     }
 
     /// Limits reserved memory to `fraction` of the device's total memory
@@ -221,8 +209,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             return Err(Error::InvalidFraction { fraction });
         }
         let info = self.device.mem_get_info()?;
-        self.device_total = info.total;
-        self.allowed_memory_maximum =
+        self.accounting.device_total = info.total;
+        self.accounting.allowed_memory_maximum =
             if fraction == 1.0 && self.rules.version.fraction_one_is_unlimited() {
                 None
             } else {
@@ -277,26 +265,22 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// Bytes of live allocations (rounded block sizes) now: `allocated_bytes.all.current` of
     /// [`Self::stats`] (PyTorch's `torch.cuda.memory_allocated`), without copying the stats.
     pub fn allocated_bytes(&self) -> usize {
-        let [_, small, large] = &self.stats.allocated_bytes;
-        (small.current + large.current) as usize
+        self.accounting.allocated_bytes()
     }
 
     /// The statistics (PyTorch's `getDeviceStats`): a copy, taken now.
     pub fn stats(&self) -> DeviceStats {
-        let mut stats = self.stats.clone();
-        stats.materialize();
-        stats
+        self.accounting.stats()
     }
 
     /// `peak = current` for every stat (PyTorch's `resetPeakStats`).
     pub fn reset_peak_stats(&mut self) {
-        self.stats.materialize();
-        self.stats.reset_peak();
+        self.accounting.reset_peak();
     }
 
     /// Zeroes accumulated stats and counters (PyTorch's `resetAccumulatedStats`).
     pub fn reset_accumulated_stats(&mut self) {
-        self.stats.reset_accumulated();
+        self.accounting.kept_mut().reset_accumulated();
     }
 
     /// Free cached bytes and the largest free block (PyTorch's `cacheInfo`).
@@ -383,7 +367,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 return Ok(Some(id));
             }
         }
-        if self.allowed_memory_maximum.is_some() && self.config.gc_enabled() {
+        if self.accounting.allowed_memory_maximum.is_some() && self.config.gc_enabled() {
             self.garbage_collect_cached_blocks()?;
         }
         let mut found = self.alloc_block(p, false)?;
@@ -420,9 +404,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if !self.rules.version.ties_by_segment_age() {
             return 0;
         }
-        let r = self.next_registration;
-        self.next_registration += 1;
-        r
+        self.blocks.take_registration()
     }
 
     /// What a request of `orig_size` bytes on `stream` is about: its sizes and its route.
@@ -487,7 +469,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// Best-fit search (PyTorch's `get_free_block`); removes and returns the block on a hit.
     #[inline(always)]
     pub(crate) fn get_free_block(&mut self, p: &Params) -> Option<BlockId> {
-        let gc = self.allowed_memory_maximum.is_some() && self.config.gc_enabled();
+        let gc = self.accounting.allowed_memory_maximum.is_some() && self.config.gc_enabled();
         let expandable_on = self.config.expandable_segments;
         let max_split = self.config.max_split_size_or_max();
         let max_non_split_rounding = self.config.max_non_split_rounding;
@@ -546,10 +528,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// memory fraction) refuses.
     pub(crate) fn alloc_block(&mut self, p: &Params, is_retry: bool) -> Result<Option<BlockId>> {
         if is_retry {
-            self.stats.num_alloc_retries += 1;
+            self.accounting.kept_mut().num_alloc_retries += 1;
         }
         let size = p.alloc_size;
-        if let Some(allowed) = self.allowed_memory_maximum {
+        if let Some(allowed) = self.accounting.allowed_memory_maximum {
             if self.reserved_bytes().saturating_add(size) > allowed {
                 return Ok(None);
             }
@@ -598,7 +580,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         stream: StreamId,
     ) -> Result<()> {
         let max_split = self.config.max_split_size_or_max();
-        count_device_call(&mut self.stats, call, small, bytes, max_split);
+        self.accounting.device_call(call, small, bytes, max_split);
         let up = matches!(call, DeviceCall::Malloc | DeviceCall::Map);
         self.pool_reserved(pool, small, bytes, up);
         self.history
@@ -636,26 +618,30 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             pool.insert_into_blocks(remaining, r);
             if already_split && not_expandable {
                 // An already-split inactive block shrinks by `size` bytes.
-                decrease(&mut self.stats.inactive_split_bytes, small, p.size as u64);
+                decrease(
+                    &mut self.accounting.kept_mut().inactive_split_bytes,
+                    small,
+                    p.size as u64,
+                );
             } else if not_expandable {
                 // A new inactive split block appears from a previously unsplit block.
                 increase(
-                    &mut self.stats.inactive_split_bytes,
+                    &mut self.accounting.kept_mut().inactive_split_bytes,
                     small,
                     remaining_size as u64,
                 );
-                increase(&mut self.stats.inactive_split, small, 1);
+                increase(&mut self.accounting.kept_mut().inactive_split, small, 1);
             }
             (id, p.size)
         } else {
             if already_split && not_expandable {
                 // An already-split block becomes active.
                 decrease(
-                    &mut self.stats.inactive_split_bytes,
+                    &mut self.accounting.kept_mut().inactive_split_bytes,
                     small,
                     block_size as u64,
                 );
-                decrease(&mut self.stats.inactive_split, small, 1);
+                decrease(&mut self.accounting.kept_mut().inactive_split, small, 1);
             }
             let b = self.blocks.get_mut(found);
             b.allocated = true;
@@ -664,11 +650,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         };
         self.history
             .record(TraceAction::Alloc, ptr, p.orig_size as u64, p.stream);
-        self.allocated.insert(ptr, id);
-        self.stats
+        self.blocks.allocated.insert(ptr, id);
+        self.accounting
+            .kept_mut()
             .count_alloc(small, size as u64, p.orig_size as u64);
         if size >= self.config.max_split_size_or_max() {
-            self.stats.oversize_allocations.increase(1);
+            self.accounting.kept_mut().oversize_allocations.increase(1);
         }
         Allocation {
             ptr,
@@ -682,7 +669,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     fn out_of_memory(&mut self, p: &Params) -> Error {
         let (device_free, device_total) = match self.device.mem_get_info() {
             Ok(info) => (info.free, info.total),
-            Err(_) => (0, self.device_total),
+            Err(_) => (0, self.accounting.device_total),
         };
         self.history.record(
             TraceAction::Oom,
@@ -690,11 +677,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             p.size as u64,
             p.stream,
         );
-        self.stats.num_ooms += 1;
+        self.accounting.kept_mut().num_ooms += 1;
         // With expandable segments, what the limit is checked against (our fix) is the pages the
         // request would map, which can be more than the 2 MiB-rounded request.
         let segment_size = if self.config.expandable_segments
-            && self.allowed_memory_maximum.is_some()
+            && self.accounting.allowed_memory_maximum.is_some()
             && self.rules.fixes.expandable_fraction_limit
         {
             let found = self.find_expandable_candidate(p.stream, p.small, p.size, p.pool);
@@ -714,7 +701,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             device_free: device_free as u64,
             allocated: stats.allocated_bytes[agg].current as u64,
             reserved: stats.reserved_bytes[agg].current as u64,
-            allowed: self.allowed_memory_maximum.map(|v| v as u64),
+            allowed: self.accounting.allowed_memory_maximum.map(|v| v as u64),
             expandable_segments: self.config.expandable_segments,
             max_split_size: self.config.max_split_size.map(|v| v as u64),
             stream: p.stream.0,
@@ -733,7 +720,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// changes); [`Error::Device`] when recording an event fails.
     #[inline(always)]
     pub fn free(&mut self, ptr: DevicePtr) -> Result<()> {
-        let Some(id) = self.allocated.remove(ptr) else {
+        let Some(id) = self.blocks.allocated.remove(ptr) else {
             return Err(Error::InvalidPointer {
                 ptr,
                 device: self.device.index(),
@@ -745,11 +732,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let has_uses = !b.stream_uses.is_empty();
         let f = Freed::of(b);
         let (small, size, requested, stream) = (f.small, f.size, f.requested, f.stream);
-        self.stats.count_free_requested(small, size as u64);
+        self.accounting
+            .kept_mut()
+            .count_free_requested(small, size as u64);
         self.history
             .record(TraceAction::FreeRequested, ptr, requested as u64, stream);
         if size >= self.config.max_split_size_or_max() {
-            self.stats.oversize_allocations.decrease(1);
+            self.accounting.kept_mut().oversize_allocations.decrease(1);
         }
         if has_uses {
             if self.capture_underway() {
@@ -770,7 +759,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidPointer`] when `ptr` is not an allocated block of this allocator.
     pub fn record_stream(&mut self, ptr: DevicePtr, stream: StreamId) -> Result<()> {
-        let Some(id) = self.allocated.get(ptr) else {
+        let Some(id) = self.blocks.allocated.get(ptr) else {
             return Err(Error::InvalidPointer {
                 ptr,
                 device: self.device.index(),
@@ -796,7 +785,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidPointer`] when `ptr` is not an allocated block of this allocator.
     pub fn get_base_allocation(&self, ptr: DevicePtr) -> Result<(DevicePtr, usize)> {
-        let Some(id) = self.allocated.get(ptr) else {
+        let Some(id) = self.blocks.allocated.get(ptr) else {
             return Err(Error::InvalidPointer {
                 ptr,
                 device: self.device.index(),
@@ -818,7 +807,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// The block size and requested size of the allocated block at `ptr`, if any.
     pub fn block_info(&self, ptr: DevicePtr) -> Option<(usize, usize)> {
-        self.allocated.get(ptr).map(|id| {
+        self.blocks.allocated.get(ptr).map(|id| {
             let b = self.blocks.get(id);
             (b.size, b.requested_size)
         })
@@ -832,10 +821,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             let event = self.device.create_event()?;
             self.device.record_event(event, stream)?;
             self.blocks.get_mut(id).event_count += 1;
-            self.events
-                .entry(stream)
-                .or_default()
-                .push_back((event, id));
+            self.events.push(stream, event, id);
         }
         Ok(())
     }
@@ -889,7 +875,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             (-merged_blocks, -(merged_bytes as i64))
         };
         let expandable = b.expandable.is_some();
-        let stats = &mut self.stats;
+        let stats = self.accounting.kept_mut();
         if !expandable {
             apply_net(&mut stats.inactive_split, small, net_inactive_split_blocks);
             apply_net(
@@ -925,7 +911,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 /// which side `src` lies (`lower`: `src` is `dst`'s `prev`).
 #[inline(always)]
 fn merge_neighbour(
-    blocks: &mut BlockArena,
+    blocks: &mut BlockStore,
     pool: &mut BlockPool,
     dst: BlockId,
     src: BlockId,

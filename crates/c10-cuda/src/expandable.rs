@@ -119,7 +119,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         pool: u32,
     ) -> Result<BlockId> {
         let page = if small { SMALL_BUFFER } else { LARGE_BUFFER };
-        let address_space = self.device_total + self.device_total / 8;
+        let address_space = self.accounting.device_total + self.accounting.device_total / 8;
         let pages = address_space.div_ceil(page).max(1);
         let base = self.device.reserve_address_range(pages * page)?;
         let segment = ExpandableSegment {
@@ -127,13 +127,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             page,
             mapped: vec![false; pages],
         };
-        let index = self.expandable_segments.len() as u32;
+        let index = self.blocks.segments.len() as u32;
         let mut block = Block::new(base, segment.size(), stream, small);
         block.mapped = false;
         block.expandable = Some(index);
         block.rank = self.take_registration();
         block.pool = pool;
-        self.expandable_segments.push(Some(segment));
+        self.blocks.segments.push(Some(segment));
         let id = self.blocks.insert(block);
         let key = AddrKey::of(id, self.blocks.get(id));
         self.block_pool_mut(pool, small).unmapped.insert(key);
@@ -156,7 +156,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 b.pool,
             )
         };
-        let segment = self.expandable_segments[seg as usize]
+        let segment = self.blocks.segments[seg as usize]
             .as_mut()
             .expect("live expandable segment");
         let (mapped_ptr, mapped_size) = segment.map(&self.device, ptr, size)?;
@@ -204,7 +204,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// reserved or mapped (PyTorch checks only the 2 MiB-rounded request, in `alloc_block`).
     pub(crate) fn try_allocate_expandable_block(&mut self, p: &Params) -> Result<Option<BlockId>> {
         let found = self.find_expandable_candidate(p.stream, p.small, p.size, p.pool);
-        if let Some(allowed) = self.allowed_memory_maximum {
+        if let Some(allowed) = self.accounting.allowed_memory_maximum {
             if self.rules.fixes.expandable_fraction_limit {
                 let map = self.expandable_bytes_to_map(found, p.small, p.size);
                 if self.reserved_bytes().saturating_add(map) > allowed {
@@ -270,7 +270,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 b.pool,
             )
         };
-        let segment = self.expandable_segments[seg as usize]
+        let segment = self.blocks.segments[seg as usize]
             .as_mut()
             .expect("live expandable segment");
         let (uptr, usize_) = segment.unmap(&self.device, ptr, size, stream)?;
@@ -317,11 +317,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let b = self.blocks.get(id);
         let seg = b.expandable.expect("expandable block");
         let key = AddrKey::of(id, b);
-        let (small, bpool) = (b.small, b.pool);
-        let segment = self.expandable_segments[seg as usize]
+        let (small, bpool, size) = (b.small, b.pool, b.size);
+        let segment = self.blocks.segments[seg as usize]
             .take()
             .expect("live expandable segment");
-        debug_assert_eq!(b.size, segment.size());
+        debug_assert_eq!(size, segment.size());
         self.block_pool_mut(bpool, small).unmapped.remove(&key);
         self.blocks.remove(id);
         self.device

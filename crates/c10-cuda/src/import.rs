@@ -68,21 +68,25 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             block.requested_size = b.requested;
             let id = self.blocks.splice(block, prev, None);
             if b.allocated {
-                self.allocated.insert(ptr, id);
-                let stats = &mut self.stats;
+                self.blocks.allocated.insert(ptr, id);
+                let stats = self.accounting.kept_mut();
                 increase(&mut stats.allocation, small, 1);
                 increase(&mut stats.allocated_bytes, small, b.size as u64);
                 increase(&mut stats.active, small, 1);
                 increase(&mut stats.active_bytes, small, b.size as u64);
                 increase(&mut stats.requested_bytes, small, b.requested as u64);
                 if b.size >= max_split {
-                    self.stats.oversize_allocations.increase(1);
+                    self.accounting.kept_mut().oversize_allocations.increase(1);
                 }
             } else {
                 free_ids.push(id);
                 if split {
-                    increase(&mut self.stats.inactive_split, small, 1);
-                    increase(&mut self.stats.inactive_split_bytes, small, b.size as u64);
+                    increase(&mut self.accounting.kept_mut().inactive_split, small, 1);
+                    increase(
+                        &mut self.accounting.kept_mut().inactive_split_bytes,
+                        small,
+                        b.size as u64,
+                    );
                 }
             }
             ptr += b.size as u64;

@@ -109,7 +109,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             unmapped_blocks += usize::from(in_unmapped);
             if b.allocated {
                 allocated += 1;
-                if self.allocated.get(b.ptr) != Some(id) {
+                if self.blocks.allocated.get(b.ptr) != Some(id) {
                     return Err(format!("allocated block {:#x} missing from map", b.ptr));
                 }
                 for &t in &pools {
@@ -181,7 +181,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if unmapped_blocks != held_unmapped {
             return Err("an unmapped set holds a stale key".into());
         }
-        if allocated != self.allocated.len() {
+        if allocated != self.blocks.allocated.len() {
             return Err("the pointer map holds pointers of blocks that are not allocated".into());
         }
         if mapped_bytes != self.reserved_bytes() {

@@ -52,10 +52,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             // Both parts count as inactive split blocks until the high one is handed out
             // (alloc_found_block then removes it, as for any already-split block).
             if already_split {
-                increase(&mut self.stats.inactive_split, p.small, 1);
+                increase(&mut self.accounting.kept_mut().inactive_split, p.small, 1);
             } else {
-                increase(&mut self.stats.inactive_split, p.small, 2);
-                increase(&mut self.stats.inactive_split_bytes, p.small, size as u64);
+                increase(&mut self.accounting.kept_mut().inactive_split, p.small, 2);
+                increase(
+                    &mut self.accounting.kept_mut().inactive_split_bytes,
+                    p.small,
+                    size as u64,
+                );
             }
         }
         hid

@@ -314,7 +314,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// `segment_pool_id` says of its segment); `None` when the block is in the default pools or
     /// `ptr` is not an allocated block.
     pub fn block_pool_id(&self, ptr: crate::device::DevicePtr) -> Option<MempoolId> {
-        let id = self.allocated.get(ptr)?;
+        let id = self.blocks.allocated.get(ptr)?;
         let k = self.blocks.get(id).pool;
         self.pools.owner(k).map(|p| p.id)
     }
@@ -447,7 +447,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         let id = p.id;
         let arr = self
-            .stats
+            .accounting
+            .kept_mut()
             .reserved_bytes_by_private_pools
             .entry(id)
             .or_default();
@@ -475,7 +476,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         self.pools.by_id.remove(&id);
         self.pools.freeable.remove(id);
-        if let Some(arr) = self.stats.reserved_bytes_by_private_pools.get_mut(&id) {
+        if let Some(arr) = self
+            .accounting
+            .kept_mut()
+            .reserved_bytes_by_private_pools
+            .get_mut(&id)
+        {
             for s in arr.iter_mut() {
                 s.current = 0;
             }

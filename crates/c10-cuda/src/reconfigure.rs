@@ -39,11 +39,11 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         }
         self.warnings = fit_to_device(&mut config, &self.device);
         let fraction = config.per_process_memory_fraction;
-        self.stats.max_split_size = config.max_split_size.map(|v| v as u64);
+        self.accounting.kept_mut().max_split_size = config.max_split_size.map(|v| v as u64);
         self.config = config;
         match fraction {
             Some(f) => self.set_memory_fraction(f)?,
-            None => self.allowed_memory_maximum = None,
+            None => self.accounting.allowed_memory_maximum = None,
         }
         Ok(())
     }

@@ -33,7 +33,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// the first incomplete event of each stream (PyTorch's `process_events`).
     #[inline(always)]
     pub(crate) fn process_events(&mut self) -> Result<()> {
-        if (self.events.len() | self.pools.deferred.len()) == 0 {
+        if self.events.is_empty() && self.pools.deferred.is_empty() {
             return Ok(());
         }
         self.process_outstanding_events()
@@ -49,18 +49,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if !self.pools.deferred.is_empty() {
             self.insert_deferred_events()?;
         }
-        let streams: Vec<_> = self.events.keys().copied().collect();
-        for stream in streams {
-            while let Some(&(event, id)) = self.events.get(&stream).and_then(|q| q.front()) {
+        for stream in self.events.streams() {
+            while let Some((event, id)) = self.events.front(stream) {
                 if !self.device.query_event(event)? {
                     break;
                 }
-                self.events.get_mut(&stream).map(|q| q.pop_front());
+                self.events.pop_front(stream);
                 self.device.destroy_event(event);
                 self.complete_event(id);
-            }
-            if self.events.get(&stream).is_some_and(|q| q.is_empty()) {
-                self.events.remove(&stream);
             }
         }
         Ok(())
@@ -82,7 +78,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// capture: this fails (after counting, as PyTorch's assertion does); else the events of
     /// frees deferred during the "capture" are recorded first.
     pub(crate) fn synchronize_and_free_events(&mut self, pool: Option<u32>) -> Result<()> {
-        self.stats.num_sync_all_streams += 1;
+        self.accounting.kept_mut().num_sync_all_streams += 1;
         if self.capture_underway() {
             return Err(crate::pool_types::PoolError::CaptureUnderway {
                 begun: self.pools.begun.len(),
@@ -92,22 +88,16 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if !self.pools.deferred.is_empty() {
             self.insert_deferred_events()?;
         }
-        let events = std::mem::take(&mut self.events);
-        for (stream, queue) in events {
-            for (event, id) in queue {
-                if let Some(k) = pool {
-                    if self.blocks.get(id).pool != k {
-                        self.events
-                            .entry(stream)
-                            .or_default()
-                            .push_back((event, id));
-                        continue;
-                    }
+        for (stream, event, id) in self.events.take_all() {
+            if let Some(k) = pool {
+                if self.blocks.get(id).pool != k {
+                    self.events.push(stream, event, id);
+                    continue;
                 }
-                self.device.synchronize_event(event)?;
-                self.device.destroy_event(event);
-                self.complete_event(id);
             }
+            self.device.synchronize_event(event)?;
+            self.device.destroy_event(event);
+            self.complete_event(id);
         }
         Ok(())
     }
@@ -259,7 +249,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// `garbage_collection_threshold * allowed` (PyTorch's `garbage_collect_cached_blocks`).
     /// Only called with a memory fraction set; does not synchronize.
     pub(crate) fn garbage_collect_cached_blocks(&mut self) -> Result<()> {
-        let Some(allowed) = self.allowed_memory_maximum else {
+        let Some(allowed) = self.accounting.allowed_memory_maximum else {
             return Ok(());
         };
         let threshold = (self.config.garbage_collection_threshold * allowed as f64) as usize;

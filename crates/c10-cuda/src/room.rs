@@ -391,7 +391,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     ) {
         let req = miss.request;
         let mut headroom = miss.device_free;
-        if let Some(allowed) = self.allowed_memory_maximum {
+        if let Some(allowed) = self.accounting.allowed_memory_maximum {
             headroom = headroom.min(allowed.saturating_sub(self.reserved_bytes()));
         }
         let growth = if self.config.expandable_segments {

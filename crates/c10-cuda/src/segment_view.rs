@@ -170,7 +170,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidPointer`] when `ptr` is not an allocated block of this allocator.
     pub fn set_block_tag(&mut self, ptr: DevicePtr, tag: u64) -> Result<()> {
-        let Some(id) = self.allocated.get(ptr) else {
+        let Some(id) = self.blocks.allocated.get(ptr) else {
             return Err(Error::InvalidPointer {
                 ptr,
                 device: self.device.index(),
@@ -182,7 +182,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// The tag of the allocated block at `ptr`, if it is one and has a tag.
     pub fn block_tag(&self, ptr: DevicePtr) -> Option<u64> {
-        self.allocated
+        self.blocks
+            .allocated
             .get(ptr)
             .and_then(|id| self.blocks.get(id).tag)
     }

@@ -50,7 +50,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// # Errors
     /// [`Error::InvalidPointer`] when `ptr` is not an allocated block of this allocator.
     pub fn ipc_share_range(&self, ptr: DevicePtr) -> crate::Result<(ShareRange, u64, u64)> {
-        let Some(id) = self.allocated.get(ptr) else {
+        let Some(id) = self.blocks.allocated.get(ptr) else {
             return Err(Error::InvalidPointer {
                 ptr,
                 device: self.device.index(),
@@ -60,7 +60,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let (bptr, bsize) = (block.ptr, block.size);
         if let Some(segment) = block
             .expandable
-            .and_then(|i| self.expandable_segments.get(i as usize))
+            .and_then(|i| self.blocks.segments.get(i as usize))
             .and_then(Option::as_ref)
         {
             let page = segment.page as u64;
