@@ -109,6 +109,12 @@ impl Strategy {
         }
     }
 
+    /// The names of [`Strategy::ALL`] as a sentence: `callback, window, ... or window-deficit`
+    /// (for help texts and errors, so that no other list of names exists).
+    pub fn names() -> String {
+        crate::names_sentence(Strategy::ALL.map(Strategy::name))
+    }
+
     /// Whether it plans with the allocator's view (every strategy but `callback`).
     pub fn uses_window(self) -> bool {
         self != Strategy::Callback
@@ -131,9 +137,7 @@ impl fmt::Display for Strategy {
 
 /// An unknown strategy name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown strategy '{0}' (use callback, window, window-total, window-score, window-first or window-deficit)"
-)]
+#[error("unknown strategy '{0}' (use {names})", names = Strategy::names())]
 pub struct UnknownStrategy(pub String);
 
 impl FromStr for Strategy {

@@ -66,6 +66,12 @@ impl Heuristic {
         }
     }
 
+    /// The names of [`Heuristic::ALL`] as a sentence: `dtr, dtr-eq, ..., msps or random` (for
+    /// help texts and errors, so that no other list of names exists).
+    pub fn names() -> String {
+        crate::names_sentence(Heuristic::ALL.map(Heuristic::name))
+    }
+
     /// Whether it needs the equivalence classes.
     pub fn uses_eq_classes(self) -> bool {
         self == Heuristic::DtrEq
@@ -85,7 +91,7 @@ impl fmt::Display for Heuristic {
 
 /// An unknown heuristic name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown heuristic '{0}' (use dtr, dtr-eq, dtr-local, lru, largest, msps or random)")]
+#[error("unknown heuristic '{0}' (use {names})", names = Heuristic::names())]
 pub struct UnknownHeuristic(pub String);
 
 impl FromStr for Heuristic {

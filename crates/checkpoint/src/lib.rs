@@ -78,3 +78,12 @@ pub use log_writer::LogWriter;
 pub use profile::Profile;
 pub use runtime::{Config, OpSpec, OutputSpec, Outputs, ReleasePolicy, Runtime};
 pub use sim::{Baseline, RunResult, SimOptions, Status};
+
+/// `a, b or c`: names joined for a help text or an error message.
+pub(crate) fn names_sentence<const N: usize>(names: [&str; N]) -> String {
+    match names.split_last() {
+        None => String::new(),
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}

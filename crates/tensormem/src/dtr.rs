@@ -27,9 +27,16 @@ pub struct DtrArgs {
     /// Budget in bytes, e.g. 4GB or 3.5GiB.
     #[arg(long, value_name = "BYTES")]
     pub budget: Option<String>,
-    /// Heuristics: dtr, dtr-eq, dtr-local, lru, largest, msps, random (comma-separated or
-    /// repeated; default dtr-eq, or all of them with --sweep).
-    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    /// Eviction heuristics, by `checkpoint::Heuristic` name (the help text lists them).
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_delimiter = ',',
+        help = format!(
+            "Heuristics: {} (comma-separated or repeated; default dtr-eq, or all of them with --sweep)",
+            checkpoint::Heuristic::names()
+        )
+    )]
     pub heuristic: Vec<String>,
     /// Run every heuristic at every ratio 0.1..1.0 (narrowed by --heuristic, --ratio, --budget).
     #[arg(long)]
@@ -63,13 +70,16 @@ pub struct DtrArgs {
     /// eviction (--strategy). The allocator-blind run is shown beside.
     #[arg(long)]
     pub device_budget: bool,
-    /// With --device-budget, how to make room on a miss: callback, window, window-total,
-    /// window-score, window-first, window-deficit (comma-separated or repeated; default window, or all of them
-    /// with --sweep).
+    /// Device-budget strategies, by `checkpoint::Strategy` name (the help text lists them).
     #[arg(
         long,
         value_name = "NAME",
         value_delimiter = ',',
+        help = format!(
+            "With --device-budget, how to make room on a miss: {} (comma-separated or repeated; \
+             default window, or all of them with --sweep)",
+            checkpoint::Strategy::names()
+        ),
         requires = "device_budget"
     )]
     pub strategy: Vec<String>,

@@ -149,8 +149,12 @@ struct TrainArgs {
     /// The model: mlp or transformer.
     #[arg(long, default_value = "mlp")]
     model: String,
-    /// Eviction heuristic: dtr, dtr-eq, dtr-local, lru, largest, msps, random.
-    #[arg(long, value_name = "NAME", default_value = "dtr-eq")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "dtr-eq",
+        help = format!("Eviction heuristic: {}", checkpoint::Heuristic::names())
+    )]
     heuristic: String,
     /// Op costs: measured (wall-clock ns of each op, as the prototype) or estimated (declared
     /// arithmetic work; deterministic eviction choices).
@@ -193,11 +197,13 @@ struct TrainArgs {
     /// reserved bytes can never pass it.
     #[arg(long)]
     device_budget: bool,
-    /// With --device-budget, how to make room on a miss: callback, window, window-total,
-    /// window-score, window-first or window-deficit.
     #[arg(
         long,
         value_name = "NAME",
+        help = format!(
+            "With --device-budget, how to make room on a miss: {}",
+            checkpoint::Strategy::names()
+        ),
         default_value = "window",
         requires = "device_budget"
     )]
