@@ -1,6 +1,6 @@
 //! Probes for a CUDA driver and devices and prints what it finds.
 //!
-//! `cargo run -p c10-cuda --example cuda-probe`. Exits with status 1 when there is no usable
+//! `cargo run -p c10-cuda-driver --example cuda-probe`. Exits with status 1 when there is no usable
 //! driver or no device (so `cargo xtask gpu-test` fails loudly instead of skipping every test),
 //! 0 when at least one device answers.
 

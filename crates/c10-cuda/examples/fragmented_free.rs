@@ -7,7 +7,7 @@
 //!
 //! This is the case that makes a sorted list per size class O(n) per insert; the free-block
 //! index moves such a class to a B-tree (`src/free_index.rs`), so the time stays flat as `n`
-//! grows. A quick check, not a benchmark: the criterion benches are in `benches/alloc.rs`.
+//! grows. A quick check, not a benchmark: the criterion benches are in `benches/alloc/`.
 
 use std::time::Instant;
 
