@@ -4,7 +4,8 @@
 //! the aliased-mutation refusal, loud failures, and a written log that replays in the
 //! simulator.
 //!
-//! One install of 16 simulated devices for the whole binary (tests run in parallel); each test
+//! Its own test binary (not a module of `tests/it`): `aten::sim::install` is process-wide. One
+//! install of 16 simulated devices for the whole binary (tests run in parallel); each test
 //! owns one device index, so the allocator statistics it reads are its own.
 
 use std::sync::{Arc, Mutex, OnceLock};

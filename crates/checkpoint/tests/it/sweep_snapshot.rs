@@ -2,7 +2,7 @@
 //! h_DTR^eq routed through the caching allocator (reserved bytes and fragmentation). Reads
 //! `../shared/data/dtr-logs` (skips locally when absent, fails under `CI=true`).
 
-mod support;
+use crate::support;
 
 use checkpoint::sweep::{self, SweepOptions};
 use checkpoint::{Heuristic, log};

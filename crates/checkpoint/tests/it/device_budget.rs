@@ -14,7 +14,7 @@
 //!   allocator: per log the smallest budget completing with overhead <= 1.5 within 0.05 of the
 //!   allocator-blind ideal, and overheads at ratios >= 0.5 within 1.10x of the blind run.
 
-mod support;
+use crate::support;
 
 use c10_cuda::config::AllocatorConfig;
 use checkpoint::sweep::{self, DeviceOptions, Sweep, SweepOptions};

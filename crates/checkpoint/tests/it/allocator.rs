@@ -3,7 +3,7 @@
 //! the hard budget counts the allocator's `allocated_bytes`. Reads `../shared/data/dtr-logs`
 //! (skips locally when absent, fails under `CI=true`).
 
-mod support;
+use crate::support;
 
 use checkpoint::sim::{self, SimOptions, Status};
 use checkpoint::{AllocatorBackend, Heuristic, NullBackend, budget_for_ratio, log};

@@ -3,7 +3,7 @@
 //! peaks and compute sums from the reference. Reads `../shared/data/dtr-logs` (skips locally
 //! when absent, fails under `CI=true`).
 
-mod support;
+use crate::support;
 
 use checkpoint::sim::{self, Status};
 use checkpoint::sweep::{self, SweepOptions};

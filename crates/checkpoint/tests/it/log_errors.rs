@@ -1,7 +1,7 @@
 //! Bad logs give one error naming the line, never a panic; good logs round-trip through the
 //! writer byte for byte.
 
-mod support;
+use crate::support;
 
 use checkpoint::log::{self, Event, LogError};
 use checkpoint::{LogWriter, sim};

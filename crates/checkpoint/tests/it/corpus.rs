@@ -3,7 +3,7 @@
 //! `TIME` holds, has a forward and a backward, and runs without a budget; the table of their
 //! no-eviction figures is a snapshot (a change of the recorder or of the reader shows there).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
