@@ -1,4 +1,7 @@
 //! `tensormem::train`: live DTR on the demo models.
+//!
+//! Its own test binary (not a module of `tests/it`): it installs simulated devices with
+//! `aten::sim::install`, which is process-wide.
 
 use std::sync::{Arc, OnceLock};
 
