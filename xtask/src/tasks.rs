@@ -638,9 +638,10 @@ pub fn soak() -> TaskResult {
         "-p",
         "checkpoint",
         "--test",
-        "device_budget",
+        "it",
         "--",
         "--ignored",
+        "device_budget::",
     ]);
     run("soak (device budget)", d)
 }
