@@ -843,27 +843,7 @@ impl DtrAdvice {
                     ),
                     None => format!("{}: none within {SUMMARY_OVERHEAD}x", row.run),
                 };
-                let mut labelled = false;
-                for seg in segments.into_iter().filter(|s| !s.is_empty()) {
-                    chart
-                        .draw_series(
-                            seg.iter()
-                                .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
-                        )
-                        .map_err(|e| err(&e))?;
-                    let series = if blind {
-                        chart.draw_series(DashedLineSeries::new(seg, 6, 4, color.stroke_width(2)))
-                    } else {
-                        chart.draw_series(LineSeries::new(seg, color.stroke_width(2)))
-                    }
-                    .map_err(|e| err(&e))?;
-                    if !labelled {
-                        labelled = true;
-                        series.label(label.clone()).legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                        });
-                    }
-                }
+                draw_run(&mut chart, segments, color, blind, &label)?;
                 if let Some(a) = row
                     .smallest
                     .iter()
@@ -983,6 +963,47 @@ fn check_svg(path: &Path) -> Result<(), String> {
     }
 }
 
+/// The chart both DTR plots draw on: overhead against a budget ratio or device GB.
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// Draws one run: its completed stretches (split where a budget failed) as dots joined by a
+/// line, dashed for an allocator-blind run, with one legend entry.
+fn draw_run(
+    chart: &mut Chart<'_, '_>,
+    segments: Vec<Vec<(f64, f64)>>,
+    color: RGBAColor,
+    dashed: bool,
+    label: &str,
+) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let mut labelled = false;
+    for seg in segments.into_iter().filter(|s| !s.is_empty()) {
+        chart
+            .draw_series(
+                seg.iter()
+                    .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
+            )
+            .map_err(|e| err(&e))?;
+        let series = if dashed {
+            chart.draw_series(DashedLineSeries::new(seg, 6, 4, color.stroke_width(2)))
+        } else {
+            chart.draw_series(LineSeries::new(seg, color.stroke_width(2)))
+        }
+        .map_err(|e| err(&e))?;
+        if !labelled {
+            labelled = true;
+            series.label(label.to_owned()).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Overhead (y) against budget ratio (x), one line per heuristic (per strategy and heuristic
 /// for a device-memory budget, with the allocator-blind runs of `blind` dashed); runs that
 /// ended in OOM or THRASH break the line.
@@ -1057,27 +1078,7 @@ fn plot(path: &Path, title: &str, sw: &Sweep, blind: Option<&Sweep>) -> Result<(
                 None => segments.push(Vec::new()),
             }
         }
-        let mut labelled = false;
-        for seg in segments.into_iter().filter(|s| !s.is_empty()) {
-            chart
-                .draw_series(
-                    seg.iter()
-                        .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
-                )
-                .map_err(|e| err(&e))?;
-            let series = if dashed {
-                chart.draw_series(DashedLineSeries::new(seg, 6, 4, color.stroke_width(2)))
-            } else {
-                chart.draw_series(LineSeries::new(seg, color.stroke_width(2)))
-            }
-            .map_err(|e| err(&e))?;
-            if !labelled {
-                labelled = true;
-                series.label(label.clone()).legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            }
-        }
+        draw_run(&mut chart, segments, color, dashed, &label)?;
     }
     chart
         .configure_series_labels()
