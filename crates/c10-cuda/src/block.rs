@@ -135,9 +135,11 @@ impl BlockArena {
         block.live = true;
         match self.free {
             Some(id) => {
-                let slot = &mut self.slots[id.0 as usize];
-                self.free = slot.next;
-                *slot = block;
+                self.free = self.slot_mut(id).next;
+                let slot = self.slot_mut(id);
+                // A deleted slot holds nothing to drop: `remove` emptied its `stream_uses`.
+                debug_assert!(slot.stream_uses.capacity() == 0);
+                std::mem::forget(std::mem::replace(slot, block));
                 id
             }
             None => {
@@ -173,26 +175,45 @@ impl BlockArena {
     /// Deletes a block (its slot is reused by a later insert).
     #[inline(always)]
     pub(crate) fn remove(&mut self, id: BlockId) {
-        let slot = &mut self.slots[id.0 as usize];
+        let free = self.free;
+        let slot = self.slot_mut(id);
         debug_assert!(slot.live, "block id refers to a live block");
         slot.live = false;
         slot.stream_uses = Vec::new();
-        slot.next = self.free;
+        slot.next = free;
         self.free = Some(id);
     }
 
     #[inline(always)]
     pub(crate) fn get(&self, id: BlockId) -> &Block {
-        let b = &self.slots[id.0 as usize];
+        let i = id.0 as usize;
+        debug_assert!(i < self.slots.len(), "block id {i} not from this arena");
+        // SAFETY: `i < self.slots.len()`. Every `BlockId` the allocator holds was returned by
+        // `insert` (or `iter`) of this arena, the one place ids are made from slot indices (the
+        // free index and the pointer map only hand back ids they were given; the other
+        // `BlockId(0)`s are search bounds that are never looked up), and `slots` never shrinks:
+        // deleted slots stay and are reused. A stale id (of a deleted block) still names a slot
+        // in bounds. Debug builds check the bound above and liveness below.
+        let b = unsafe { self.slots.get_unchecked(i) };
         debug_assert!(b.live, "block id refers to a live block");
         b
     }
 
     #[inline(always)]
     pub(crate) fn get_mut(&mut self, id: BlockId) -> &mut Block {
-        let b = &mut self.slots[id.0 as usize];
+        let b = self.slot_mut(id);
         debug_assert!(b.live, "block id refers to a live block");
         b
+    }
+
+    /// The slot of `id`, live or deleted, mutable.
+    #[inline(always)]
+    fn slot_mut(&mut self, id: BlockId) -> &mut Block {
+        let i = id.0 as usize;
+        debug_assert!(i < self.slots.len(), "block id {i} not from this arena");
+        // SAFETY: `i < self.slots.len()`, as in `get`: ids come only from this arena's
+        // `insert`/`iter` (the free list holds deleted slots' ids) and `slots` never shrinks.
+        unsafe { self.slots.get_unchecked_mut(i) }
     }
 
     /// Every live block with its id, in id order.
