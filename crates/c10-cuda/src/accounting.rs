@@ -70,8 +70,9 @@ pub(crate) fn count_device_call(
 
 /// What the allocator counts (PyTorch's `stats`, `allowed_memory_maximum` and the device's
 /// total): the stats as kept, which only this sub-state reads (the pool stats and the
-/// aggregates' peaks; the aggregates' `current`, `allocated` and `freed` are summed when the
-/// stats are built, [`Accounting::stats`]), and the memory limit.
+/// aggregates' peaks; the aggregates' `current`, `allocated` and `freed` are summed, and
+/// `active` / `active_bytes` derived, when the stats are built, [`Accounting::stats`]), and the
+/// memory limit.
 #[derive(Debug)]
 pub(crate) struct Accounting {
     kept: DeviceStats,
@@ -132,7 +133,7 @@ impl Accounting {
 
     /// `peak = current` everywhere (PyTorch's `resetPeakStats`), aggregates summed first.
     pub(crate) fn reset_peak(&mut self) {
-        self.kept.materialize();
-        self.kept.reset_peak();
+        let reported = self.stats();
+        self.kept.reset_kept_peak(&reported);
     }
 }

@@ -741,6 +741,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             self.accounting.kept_mut().oversize_allocations.decrease(1);
         }
         if has_uses {
+            self.accounting
+                .kept_mut()
+                .count_free_deferred(small, size as u64);
             if self.capture_underway() {
                 // torch 2.7: a begun pool is a capture; the events wait until it ends.
                 self.pools.deferred.push(id);
@@ -826,13 +829,18 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         Ok(())
     }
 
-    /// Returns a really-free block to its pool, merging with free neighbours
-    /// (PyTorch's `free_block`).
+    /// Returns a block whose deferred free completed (its events are done, or a capture's
+    /// deferred block has none) to its pool, merging with free neighbours (PyTorch's
+    /// `free_block` as `process_events` calls it). A free without stream uses takes
+    /// [`Self::free_idle_block`] directly.
     #[inline(always)]
     pub(crate) fn free_block(&mut self, id: BlockId) {
         let b = self.blocks.get(id);
         debug_assert!(b.is_idle());
         let f = Freed::of(b);
+        self.accounting
+            .kept_mut()
+            .count_deferred_completed(f.small, f.size as u64);
         self.free_idle_block(id, f);
     }
 
@@ -841,7 +849,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     fn free_idle_block(&mut self, id: BlockId, f: Freed) {
         let Freed {
             ptr,
-            size: original_size,
+            size: _,
             requested,
             stream,
             small,
@@ -884,7 +892,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 net_inactive_split_size,
             );
         }
-        stats.count_free_completed(small, original_size as u64, requested as u64);
+        stats.count_free_completed(small, requested as u64);
     }
 
     /// Merges `src` into `dst` when `src` is an idle neighbour with the same mapping state;

@@ -72,8 +72,6 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 let stats = self.accounting.kept_mut();
                 increase(&mut stats.allocation, small, 1);
                 increase(&mut stats.allocated_bytes, small, b.size as u64);
-                increase(&mut stats.active, small, 1);
-                increase(&mut stats.active_bytes, small, b.size as u64);
                 increase(&mut stats.requested_bytes, small, b.requested as u64);
                 if b.size >= max_split {
                     self.accounting.kept_mut().oversize_allocations.increase(1);

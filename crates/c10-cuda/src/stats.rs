@@ -92,8 +92,21 @@ pub type StatArray = [Stat; 3];
 // change (`for_each_selected_stat_type`). The allocator updates only the pool's stat, plus the
 // aggregate's peak on an increase (the aggregate's current is the sum of the pools'); the
 // aggregate's `current`, `allocated` and `freed` are filled in when the stats are read
-// ([`DeviceStats::materialize`]). The values read are the same; a malloc/free pair does half
-// the stat updates.
+// ([`DeviceStats::materialize`]).
+//
+// `active` and `active_bytes` are not kept as they are read either. An active block is
+// allocated, or freed by the user and waiting on stream events (pending), so the allocator
+// keeps, in those two arrays, the pending frees only: `current` the pending blocks (bytes),
+// `allocated` the frees deferred and `freed` the deferred frees completed since the last
+// accumulated reset, and `peak` the largest active value seen while a free was pending (or at
+// the last peak reset). Reading derives `active` from `allocation` (`active_bytes` from
+// `allocated_bytes`): current = allocation's + pending; allocated = allocation's (every
+// allocation makes one active block); freed = allocation's - deferred + deferred completed;
+// peak = the larger of allocation's peak and the kept one (while nothing is pending, active
+// equals allocation). A free without recorded streams thus touches no active stat at all.
+//
+// The values read are the same as PyTorch's; a warm malloc/free pair does 10 stat updates
+// instead of PyTorch's 28.
 
 /// Index of the small or large pool's stat in a [`StatArray`].
 #[inline(always)]
@@ -132,17 +145,35 @@ fn drop_by(arr: &mut StatArray, i: usize, amount: u64) {
 
 impl DeviceStats {
     /// A block of `size` bytes (`requested` asked for) handed out from the small or large pool:
-    /// `allocation`, `allocated_bytes`, `active`, `active_bytes` and `requested_bytes` grow, in
-    /// PyTorch's order (`alloc_found_block`).
+    /// `allocation`, `allocated_bytes` and `requested_bytes` grow (and so the derived `active`
+    /// and `active_bytes`), as in PyTorch's `alloc_found_block`.
     #[inline(always)]
     pub(crate) fn count_alloc(&mut self, small: bool, size: u64, requested: u64) {
         let i = pool_index(small);
         let o = 3 - i;
         bump(&mut self.allocation, i, o, 1);
         bump(&mut self.allocated_bytes, i, o, size);
-        bump(&mut self.active, i, o, 1);
-        bump(&mut self.active_bytes, i, o, size);
         bump(&mut self.requested_bytes, i, o, requested);
+        if self.active[1].current | self.active[2].current != 0 {
+            self.note_active_peaks();
+        }
+    }
+
+    /// While a free is pending, active is more than allocation: keeps the kept `active` and
+    /// `active_bytes` peaks (see the note on how the allocator keeps its arrays).
+    #[cold]
+    fn note_active_peaks(&mut self) {
+        fn note(active: &mut StatArray, base: &StatArray) {
+            let mut total = 0;
+            for t in 1..3 {
+                let now = base[t].current + active[t].current;
+                active[t].peak = active[t].peak.max(now);
+                total += now;
+            }
+            active[0].peak = active[0].peak.max(total);
+        }
+        note(&mut self.active, &self.allocation);
+        note(&mut self.active_bytes, &self.allocated_bytes);
     }
 
     /// A block of `size` bytes freed by the user (PyTorch's `free`): `allocation` and
@@ -154,14 +185,32 @@ impl DeviceStats {
         drop_by(&mut self.allocated_bytes, i, size);
     }
 
-    /// A block of `size` bytes (`requested` asked for) really free (PyTorch's `free_block`):
-    /// `active`, `active_bytes` and `requested_bytes` shrink.
-    #[inline(always)]
-    pub(crate) fn count_free_completed(&mut self, small: bool, size: u64, requested: u64) {
+    /// The user's free of a block of `size` bytes waits on stream events (PyTorch's
+    /// `insert_events` path of `free`): the block stays active, pending.
+    pub(crate) fn count_free_deferred(&mut self, small: bool, size: u64) {
         let i = pool_index(small);
-        drop_by(&mut self.active, i, 1);
-        drop_by(&mut self.active_bytes, i, size);
-        drop_by(&mut self.requested_bytes, i, requested);
+        for (stat, amount) in [(&mut self.active[i], 1), (&mut self.active_bytes[i], size)] {
+            stat.current += amount as i64;
+            stat.allocated += amount as i64;
+        }
+    }
+
+    /// A pending free of `size` bytes completes (its events are done; PyTorch's `free_block`
+    /// from `process_events`): the block leaves the active ones.
+    pub(crate) fn count_deferred_completed(&mut self, small: bool, size: u64) {
+        let i = pool_index(small);
+        for (stat, amount) in [(&mut self.active[i], 1), (&mut self.active_bytes[i], size)] {
+            stat.current -= amount as i64;
+            stat.freed += amount as i64;
+        }
+    }
+
+    /// A block (`requested` bytes asked for) really free (PyTorch's `free_block`):
+    /// `requested_bytes` shrinks (`active` and `active_bytes` follow from `allocation` and the
+    /// pending frees).
+    #[inline(always)]
+    pub(crate) fn count_free_completed(&mut self, small: bool, requested: u64) {
+        drop_by(&mut self.requested_bytes, pool_index(small), requested);
     }
 }
 
@@ -318,9 +367,11 @@ impl DeviceStats {
         out
     }
 
-    /// Sets the aggregate of every array to the sum of its pools (`current`, `allocated`,
-    /// `freed`; the aggregate's peak is kept as it is tracked). See the note on how the
-    /// allocator keeps its arrays.
+    /// Turns the stats as the allocator keeps them into the stats as PyTorch reports them: the
+    /// aggregate of every array becomes the sum of its pools (`current`, `allocated`, `freed`;
+    /// the aggregate's peak is kept as it is tracked), and `active` / `active_bytes` are
+    /// derived from `allocation` / `allocated_bytes` and the pending frees kept in their place.
+    /// See the note on how the allocator keeps its arrays. Call it once, on a copy.
     pub(crate) fn materialize(&mut self) {
         fn sum(array: &mut StatArray) {
             let [aggregate, small_pool, large_pool] = array;
@@ -328,10 +379,42 @@ impl DeviceStats {
             aggregate.allocated = small_pool.allocated + large_pool.allocated;
             aggregate.freed = small_pool.freed + large_pool.freed;
         }
+        fn derive(pending: &mut StatArray, base: &StatArray) {
+            for (p, b) in pending.iter_mut().zip(base) {
+                *p = Stat {
+                    current: b.current + p.current,
+                    peak: b.peak.max(p.peak),
+                    allocated: b.allocated,
+                    freed: b.freed - p.allocated + p.freed,
+                };
+            }
+        }
         self.arrays_mut().into_iter().for_each(sum);
         self.reserved_bytes_by_private_pools
             .values_mut()
             .for_each(sum);
+        derive(&mut self.active, &self.allocation);
+        derive(&mut self.active_bytes, &self.allocated_bytes);
+    }
+
+    /// [`DeviceStats::reset_peak`] on the stats as the allocator keeps them (`reported` is
+    /// their [`DeviceStats::materialize`]d copy): every peak becomes the current value read.
+    pub(crate) fn reset_kept_peak(&mut self, reported: &DeviceStats) {
+        let mut kept = self.arrays_mut();
+        for ((_, now), kept) in reported.arrays().into_iter().zip(kept.iter_mut()) {
+            for (k, r) in kept.iter_mut().zip(now) {
+                k.peak = r.current;
+            }
+        }
+        self.oversize_allocations.reset_peak();
+        self.oversize_segments.reset_peak();
+        for (id, array) in self.reserved_bytes_by_private_pools.iter_mut() {
+            if let Some(now) = reported.reserved_bytes_by_private_pools.get(id) {
+                for (k, r) in array.iter_mut().zip(now) {
+                    k.peak = r.current;
+                }
+            }
+        }
     }
 
     /// `peak = current` for every stat (PyTorch's `resetPeakStats`).
@@ -416,5 +499,113 @@ mod tests {
                 freed: 0
             }
         );
+    }
+
+    /// One step of the property test below.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Alloc {
+            small: bool,
+            size: u64,
+            requested: u64,
+        },
+        Free {
+            which: usize,
+            deferred: bool,
+        },
+        Complete {
+            which: usize,
+        },
+        ResetPeak,
+        ResetAccumulated,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (any::<bool>(), 1u64..5000, 0u64..5000).prop_map(|(small, size, r)| Step::Alloc {
+                small,
+                size,
+                requested: r.min(size),
+            }),
+            3 => (any::<usize>(), any::<bool>()).prop_map(|(which, deferred)| Step::Free { which, deferred }),
+            2 => any::<usize>().prop_map(|which| Step::Complete { which }),
+            1 => Just(Step::ResetPeak),
+            1 => Just(Step::ResetAccumulated),
+        ]
+    }
+
+    /// PyTorch's update of one array: the pool's stat and the aggregate's.
+    fn both(array: &mut StatArray, small: bool, amount: u64, up: bool) {
+        for t in [0, pool_index(small)] {
+            if up {
+                array[t].increase(amount);
+            } else {
+                array[t].decrease(amount);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The stats as kept (pool stats only, `active` as pending frees) read exactly as
+        /// PyTorch's stats updated in full (`for_each_selected_stat_type` on every change),
+        /// through allocations, immediate and deferred frees, completions and both resets.
+        #[test]
+        fn kept_stats_read_as_pytorchs(steps in proptest::collection::vec(step(), 1..300)) {
+            let mut kept = DeviceStats::default();
+            let mut model = DeviceStats::default();
+            let mut live: Vec<(bool, u64, u64)> = Vec::new();
+            let mut pending: Vec<(bool, u64, u64)> = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Alloc { small, size, requested } => {
+                        kept.count_alloc(small, size, requested);
+                        both(&mut model.allocation, small, 1, true);
+                        both(&mut model.allocated_bytes, small, size, true);
+                        both(&mut model.active, small, 1, true);
+                        both(&mut model.active_bytes, small, size, true);
+                        both(&mut model.requested_bytes, small, requested, true);
+                        live.push((small, size, requested));
+                    }
+                    Step::Free { which, deferred } if !live.is_empty() => {
+                        let (small, size, requested) = live.swap_remove(which % live.len());
+                        kept.count_free_requested(small, size);
+                        both(&mut model.allocation, small, 1, false);
+                        both(&mut model.allocated_bytes, small, size, false);
+                        if deferred {
+                            kept.count_free_deferred(small, size);
+                            pending.push((small, size, requested));
+                        } else {
+                            kept.count_free_completed(small, requested);
+                            both(&mut model.active, small, 1, false);
+                            both(&mut model.active_bytes, small, size, false);
+                            both(&mut model.requested_bytes, small, requested, false);
+                        }
+                    }
+                    Step::Complete { which } if !pending.is_empty() => {
+                        let (small, size, requested) = pending.swap_remove(which % pending.len());
+                        kept.count_deferred_completed(small, size);
+                        kept.count_free_completed(small, requested);
+                        both(&mut model.active, small, 1, false);
+                        both(&mut model.active_bytes, small, size, false);
+                        both(&mut model.requested_bytes, small, requested, false);
+                    }
+                    Step::ResetPeak => {
+                        let mut reported = kept.clone();
+                        reported.materialize();
+                        kept.reset_kept_peak(&reported);
+                        model.reset_peak();
+                    }
+                    Step::ResetAccumulated => {
+                        kept.reset_accumulated();
+                        model.reset_accumulated();
+                    }
+                    Step::Free { .. } | Step::Complete { .. } => {}
+                }
+                let mut reported = kept.clone();
+                reported.materialize();
+                proptest::prop_assert_eq!(&reported, &model);
+            }
+        }
     }
 }
