@@ -44,7 +44,8 @@ impl PtrMap {
     }
 
     fn with_slots(n: usize) -> Self {
-        debug_assert!(n.is_power_of_two());
+        // `slot`'s safety rests on this (checked in release too: a map is made rarely).
+        assert!(n.is_power_of_two(), "a PtrMap has a power-of-two number of slots");
         PtrMap {
             slots: vec![(EMPTY, BlockId(0)); n].into_boxed_slice(),
             len: 0,
@@ -57,10 +58,30 @@ impl PtrMap {
         self.slots.len() - 1
     }
 
-    /// The slot where probing for `ptr` starts.
+    /// The slot where probing for `ptr` starts: the product's top `log2(slots)` bits, so always
+    /// below `slots.len()`.
     #[inline(always)]
     fn home(&self, ptr: DevicePtr) -> usize {
         (ptr.wrapping_mul(GOLDEN) >> self.shift) as usize
+    }
+
+    /// Slot `i`, where `i` is a [`Self::home`] or masked by [`Self::mask`].
+    #[inline(always)]
+    fn slot(&self, i: usize) -> &(DevicePtr, BlockId) {
+        debug_assert!(i < self.slots.len());
+        // SAFETY: every index this map uses is a `home` (the top `log2(len)` bits of a 64-bit
+        // product, `shift == 64 - log2(len)`) or a value `& mask` (`mask == len - 1`), and
+        // `len` is a power of two (asserted in `with_slots`, the only place `slots` is made;
+        // `grow` replaces the whole map through it), so `i < len`.
+        unsafe { self.slots.get_unchecked(i) }
+    }
+
+    /// [`Self::slot`], mutable.
+    #[inline(always)]
+    fn slot_mut(&mut self, i: usize) -> &mut (DevicePtr, BlockId) {
+        debug_assert!(i < self.slots.len());
+        // SAFETY: as in `slot`: `i` is a home or masked by `len - 1`, `len` a power of two.
+        unsafe { self.slots.get_unchecked_mut(i) }
     }
 
     /// Number of entries.
@@ -77,7 +98,7 @@ impl PtrMap {
         let mask = self.mask();
         let mut i = self.home(ptr);
         loop {
-            let k = self.slots[i].0;
+            let k = self.slot(i).0;
             if k == ptr {
                 return Some(i);
             }
@@ -91,7 +112,7 @@ impl PtrMap {
     /// The block at `ptr`, if any.
     #[inline(always)]
     pub(crate) fn get(&self, ptr: DevicePtr) -> Option<BlockId> {
-        self.find(ptr).map(|i| self.slots[i].1)
+        self.find(ptr).map(|i| self.slot(i).1)
     }
 
     /// Maps `ptr` to `id`, returning the block it mapped to before. `ptr` is a block's address,
@@ -105,7 +126,7 @@ impl PtrMap {
         let mask = self.mask();
         let mut i = self.home(ptr);
         loop {
-            let slot = &mut self.slots[i];
+            let slot = self.slot_mut(i);
             if slot.0 == EMPTY {
                 *slot = (ptr, id);
                 self.len += 1;
@@ -122,24 +143,24 @@ impl PtrMap {
     #[inline(always)]
     pub(crate) fn remove(&mut self, ptr: DevicePtr) -> Option<BlockId> {
         let mut hole = self.find(ptr)?;
-        let id = self.slots[hole].1;
+        let id = self.slot(hole).1;
         // Backward shift: move later entries of the probe run into the hole when their home
         // is not between the hole and their slot.
         let mask = self.mask();
         let mut j = hole;
         loop {
             j = (j + 1) & mask;
-            let k = self.slots[j].0;
+            let k = self.slot(j).0;
             if k == EMPTY {
                 break;
             }
             let from_home = j.wrapping_sub(self.home(k)) & mask;
             if from_home >= (j.wrapping_sub(hole) & mask) {
-                self.slots[hole] = self.slots[j];
+                *self.slot_mut(hole) = *self.slot(j);
                 hole = j;
             }
         }
-        self.slots[hole].0 = EMPTY;
+        self.slot_mut(hole).0 = EMPTY;
         self.len -= 1;
         Some(id)
     }
