@@ -45,7 +45,10 @@ impl PtrMap {
 
     fn with_slots(n: usize) -> Self {
         // `slot`'s safety rests on this (checked in release too: a map is made rarely).
-        assert!(n.is_power_of_two(), "a PtrMap has a power-of-two number of slots");
+        assert!(
+            n.is_power_of_two(),
+            "a PtrMap has a power-of-two number of slots"
+        );
         PtrMap {
             slots: vec![(EMPTY, BlockId(0)); n].into_boxed_slice(),
             len: 0,
