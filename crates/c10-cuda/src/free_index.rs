@@ -4,19 +4,36 @@
 //! is `(stream, size, address)`), so one index serves both: the rule is chosen when blocks are
 //! made, never per lookup.
 //!
-//! Per stream, the blocks are spread over size classes: one class per 512-byte size below
-//! [`EXACT_LIMIT`] (64 MiB), then one class per 2 MiB of size above it (the last class takes
-//! every size from about 256 GiB up). A three-level bitmap finds the next non-empty class at
-//! or above a size in a few `trailing_zeros`. Each class is a doubly linked list of its blocks
-//! sorted by `(size, rank, address)` (in an exact class all sizes are equal), usually
-//! zero to a handful long, threaded through a node table indexed by [`BlockId`]: removing a
-//! known block is O(1) and nothing is allocated per block. A class that grows past
-//! [`LONG_CLASS`] blocks (many free blocks of one size that cannot merge: a fragmented small
-//! pool) moves to a B-tree, so inserting into it stays O(log n); it returns to a list when it
-//! shrinks to [`SHORT_CLASS`]. Class heads live in lazily
-//! allocated pages of 64 classes; the bitmap's lowest level starts sized for the pool and grows
-//! with the largest class used. Iteration order is the same total order as PyTorch's set, so
-//! every decision (best fit, ties to the lowest address, release order) is unchanged.
+//! Layout, per stream:
+//! - **Size classes.** A block of `size` bytes is in class `(size - 1) / 512` up to
+//!   [`EXACT_LIMIT`] (64 MiB): one class per 512-byte size, sizes `(512c, 512(c + 1)]`. Above
+//!   it, one class per 2 MiB of size (the last class takes every size from about 256 GiB up):
+//!   262,144 classes in all. The `- 1` puts a whole free small-pool segment (2 MiB, class 4095)
+//!   and what is left of it after a split (class 4094) in the same bitmap word: the small pool's
+//!   classes fill exactly the first 64 words.
+//! - **Bitmap.** Bit `c` set = class `c` non-empty: 4,096 words (32 KiB, allocated once per
+//!   stream, never grown), a summary word per 64 of them (bit `w`: word `w` is non-zero) and one
+//!   top word over the 64 summary words. A search checks the requested class's own word first,
+//!   then the summary word of the next words, and the top word only when that summary word is
+//!   empty (never in the small pool, whose words share summary word 0). Setting a class is
+//!   branch-free (three `|=`); clearing one touches the upper levels only when its word empties.
+//!   Indexes are masked to the array sizes, so the bitmap has no bounds checks.
+//! - **Class heads.** A flat `Vec<u32>` of each class's first block (or [`NIL`]), presized for
+//!   the pool's usual sizes (the small pool: all 4,096 classes, 16 KiB) and grown only when a
+//!   free block of a larger class arrives (4 bytes per class up to the largest class used: 1 MiB
+//!   at most, for a block of 256 GiB). Every class with its bit set, and every present block's
+//!   class, is below the table's length, so those lookups skip the bounds check.
+//! - **Class lists.** Each class is a doubly linked list of its blocks sorted by `(size, rank,
+//!   address)` (in an exact class all sizes are equal, unless a search size is not a multiple of
+//!   512), usually zero to a handful long, threaded through a node table indexed by
+//!   [`BlockId`] (shared by the pool's streams): removing a known block is O(1) and nothing is
+//!   allocated per block. The table grows before an id is linked and never shrinks, so a linked
+//!   id indexes it without a bounds check. A class that grows past [`LONG_CLASS`] blocks (many
+//!   free blocks of one size that cannot merge: a fragmented small pool) moves to a B-tree, so
+//!   inserting into it stays O(log n); it returns to a list when it shrinks to [`SHORT_CLASS`].
+//!
+//! Iteration order is the same total order as PyTorch's set, so every decision (best fit, ties
+//! to the lowest address, release order) is unchanged.
 
 use std::collections::BTreeSet;
 
@@ -26,15 +43,23 @@ use smallvec::SmallVec;
 use crate::block::{BlockId, SizeKey};
 use crate::device::{DevicePtr, StreamId};
 
-/// Sizes below this many bytes (64 MiB) have one class per 512-byte size.
+/// Sizes up to this many bytes (64 MiB) have one class per 512-byte size.
 pub(crate) const EXACT_LIMIT: usize = 64 << 20;
 const UNIT_SHIFT: u32 = 9;
 const EXACT_CLASSES: usize = EXACT_LIMIT >> UNIT_SHIFT; // 131072
 /// Above [`EXACT_LIMIT`], one class per this many bytes of size (2 MiB).
 const COARSE_SHIFT: u32 = 21;
 const CLASSES: usize = 2 * EXACT_CLASSES; // 262144: up to 64 MiB + 256 GiB
-const L0_WORDS: usize = CLASSES / 64; // 4096
-const L1_WORDS: usize = L0_WORDS / 64; // 64
+/// Bitmap words (one bit per class).
+const WORDS: usize = CLASSES / 64; // 4096
+/// Summary words (one bit per bitmap word).
+const SUMMARY_WORDS: usize = WORDS / 64; // 64
+
+/// Class heads a pool's stream starts with at most (64 KiB of heads: sizes up to 8 MiB); the
+/// large pool's grow from there to the largest class it holds.
+const INITIAL_HEADS_MAX: usize = 1 << 14;
+/// Class heads are grown in steps of this many classes (16 KiB).
+const HEADS_STEP: usize = 4096;
 
 /// Node-table entries a new index starts with (it grows for larger block ids).
 const INITIAL_NODES: usize = 1024;
@@ -56,195 +81,194 @@ pub(crate) const SHORT_CLASS: usize = 32;
 /// A long class: its blocks by `(size, rank, address, id)`.
 type ClassTree = BTreeSet<(usize, u64, DevicePtr, u32)>;
 
-/// The class of a free block of `size` bytes.
+/// The class of a free block of `size` bytes (always below [`CLASSES`]).
 #[inline(always)]
 fn class_of(size: usize) -> usize {
-    if size < EXACT_LIMIT {
-        size >> UNIT_SHIFT
+    if size <= EXACT_LIMIT {
+        size.saturating_sub(1) >> UNIT_SHIFT
     } else {
-        (EXACT_CLASSES + ((size - EXACT_LIMIT) >> COARSE_SHIFT)).min(CLASSES - 1)
+        (EXACT_CLASSES + ((size - EXACT_LIMIT - 1) >> COARSE_SHIFT)).min(CLASSES - 1)
     }
 }
 
-/// A three-level bitmap over the size classes: bit set = class non-empty. The lowest level
-/// covers only the classes up to the highest one set so far (the small pool's start with 128
-/// words, enough for a free 2 MiB segment).
+/// A three-level bitmap over the size classes: bit set = class non-empty (see the module
+/// documentation). An upper level's bit is set exactly when the word it stands for is non-zero.
 #[derive(Clone, Debug)]
 struct Bitmap {
-    l0: Vec<u64>,
-    l1: [u64; L1_WORDS],
-    l2: u64,
+    /// Bit `c % 64` of word `c / 64`: class `c` is non-empty.
+    words: Box<[u64; WORDS]>,
+    /// Bit `w % 64` of word `w / 64`: `words[w]` is non-zero.
+    summary: [u64; SUMMARY_WORDS],
+    /// Bit `i`: `summary[i]` is non-zero.
+    top: u64,
 }
 
 impl Default for Bitmap {
     fn default() -> Self {
         Bitmap {
-            l0: Vec::new(),
-            l1: [0; L1_WORDS],
-            l2: 0,
+            words: Box::new([0; WORDS]),
+            summary: [0; SUMMARY_WORDS],
+            top: 0,
         }
     }
 }
 
 impl Bitmap {
+    /// Marks class `c` non-empty.
     #[inline(always)]
     fn set(&mut self, c: usize) {
-        let w = c >> 6;
-        if w >= self.l0.len() {
-            self.grow(w);
-        }
-        let word = self.l0[w];
-        self.l0[w] = word | 1 << (c & 63);
-        if word == 0 {
-            // The word was empty: mark it in the upper levels.
-            self.l1[(w >> 6) % L1_WORDS] |= 1 << (w & 63);
-            self.l2 |= 1 << ((w >> 6) & 63);
-        }
+        debug_assert!(c < CLASSES);
+        let w = (c >> 6) & (WORDS - 1);
+        self.words[w] |= 1 << (c & 63);
+        self.summary[w >> 6] |= 1 << (w & 63);
+        self.top |= 1 << (w >> 6);
     }
 
-    #[cold]
-    fn grow(&mut self, w: usize) {
-        let len = (w + 1).next_power_of_two().clamp(64, L0_WORDS);
-        self.l0.resize(len, 0);
-    }
-
+    /// Marks class `c` empty.
     #[inline(always)]
     fn clear(&mut self, c: usize) {
-        let w = c >> 6;
-        self.l0[w] &= !(1 << (c & 63));
-        if self.l0[w] == 0 {
-            let i = (w >> 6) % L1_WORDS;
-            self.l1[i] &= !(1 << (w & 63));
-            if self.l1[i] == 0 {
-                self.l2 &= !(1 << i);
+        debug_assert!(c < CLASSES);
+        let w = (c >> 6) & (WORDS - 1);
+        let word = self.words[w] & !(1 << (c & 63));
+        self.words[w] = word;
+        if word == 0 {
+            let i = w >> 6;
+            let s = self.summary[i] & !(1 << (w & 63));
+            self.summary[i] = s;
+            if s == 0 {
+                self.top &= !(1 << i);
             }
         }
     }
 
-    /// Word `w` of the lowest level (0 beyond the covered classes).
-    #[inline(always)]
-    fn word(&self, w: usize) -> u64 {
-        self.l0.get(w).copied().unwrap_or(0)
-    }
-
-    /// The lowest set class `>= c`.
+    /// The lowest non-empty class `>= c`.
     #[inline(always)]
     fn next_at_or_above(&self, c: usize) -> Option<usize> {
         if c >= CLASSES {
             return None;
         }
         let w = c >> 6;
-        let m = self.word(w) & (!0u64 << (c & 63));
+        let m = self.words[w] & (!0u64 << (c & 63));
         if m != 0 {
             return Some((w << 6) | m.trailing_zeros() as usize);
         }
-        let w1 = w + 1;
-        if w1 >= L0_WORDS {
-            return None;
-        }
-        let i = w1 >> 6;
-        let m1 = self.l1[i] & (!0u64 << (w1 & 63));
-        let word = if m1 != 0 {
-            (i << 6) | m1.trailing_zeros() as usize
-        } else {
-            let i2 = i + 1;
-            if i2 >= L1_WORDS {
-                return None;
-            }
-            let m2 = self.l2 & (!0u64 << i2);
-            if m2 == 0 {
-                return None;
-            }
-            let i = m2.trailing_zeros() as usize;
-            (i << 6) | self.l1[i].trailing_zeros() as usize
-        };
-        Some((word << 6) | self.l0[word].trailing_zeros() as usize)
+        let w = self.next_word_above(w)?;
+        Some((w << 6) | self.words[w].trailing_zeros() as usize)
     }
 
-    /// The highest set class `< c`.
+    /// The lowest non-zero word `> w`.
+    #[inline(always)]
+    fn next_word_above(&self, w: usize) -> Option<usize> {
+        let w = w + 1;
+        if w >= WORDS {
+            return None;
+        }
+        let i = w >> 6;
+        let m = self.summary[i] & (!0u64 << (w & 63));
+        if m != 0 {
+            return Some((i << 6) | m.trailing_zeros() as usize);
+        }
+        // The summary words above `i` (`!1 << i` keeps bits `i + 1..`, none for `i = 63`).
+        let m = self.top & (!1u64 << i);
+        if m == 0 {
+            return None;
+        }
+        let i = m.trailing_zeros() as usize & (SUMMARY_WORDS - 1);
+        Some(((i << 6) | self.summary[i].trailing_zeros() as usize) & (WORDS - 1))
+    }
+
+    /// The highest non-empty class `< c`.
     #[inline]
     fn prev_below(&self, c: usize) -> Option<usize> {
         let c = c.min(CLASSES);
         if c == 0 {
             return None;
         }
-        let top = c - 1;
-        let w = top >> 6;
-        let m = self.word(w) & (!0u64 >> (63 - (top & 63)));
+        let last = c - 1;
+        let w = last >> 6;
+        let m = self.words[w] & (!0u64 >> (63 - (last & 63)));
         if m != 0 {
             return Some((w << 6) | (63 - m.leading_zeros() as usize));
         }
+        let w = self.prev_word_below(w)?;
+        Some((w << 6) | (63 - self.words[w].leading_zeros() as usize))
+    }
+
+    /// The highest non-zero word `< w`.
+    #[inline]
+    fn prev_word_below(&self, w: usize) -> Option<usize> {
         if w == 0 {
             return None;
         }
-        let w1 = w - 1;
-        let i = w1 >> 6;
-        let m1 = self.l1[i] & (!0u64 >> (63 - (w1 & 63)));
-        let word = if m1 != 0 {
-            (i << 6) | (63 - m1.leading_zeros() as usize)
-        } else {
-            if i == 0 {
-                return None;
-            }
-            let m2 = self.l2 & (!0u64 >> (63 - (i - 1)));
-            if m2 == 0 {
-                return None;
-            }
-            let i = 63 - m2.leading_zeros() as usize;
-            (i << 6) | (63 - self.l1[i].leading_zeros() as usize)
-        };
-        Some((word << 6) | (63 - self.l0[word].leading_zeros() as usize))
+        let w = w - 1;
+        let i = w >> 6;
+        let m = self.summary[i] & (!0u64 >> (63 - (w & 63)));
+        if m != 0 {
+            return Some((i << 6) | (63 - m.leading_zeros() as usize));
+        }
+        let m = self.top & ((1u64 << i) - 1);
+        if m == 0 {
+            return None;
+        }
+        let i = (63 - m.leading_zeros() as usize) & (SUMMARY_WORDS - 1);
+        Some(((i << 6) | (63 - self.summary[i].leading_zeros() as usize)) & (WORDS - 1))
     }
 }
 
-/// Classes per lazily allocated page of class heads (256 bytes: a page is filled when first
-/// used, so small pages keep a fresh allocator's first requests cheap).
-const PAGE: usize = 64;
-
-/// One page of class heads: the first block of each class, or [`NIL`].
-type HeadPage = Box<[u32; PAGE]>;
-
 /// One stream's free blocks.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct StreamFree {
     bitmap: Bitmap,
-    /// Class -> its first block, in pages of [`PAGE`] classes allocated on first use (a direct
-    /// index without hashing; memory grows with the size ranges in use).
-    heads: Vec<Option<HeadPage>>,
+    /// Class -> its first block, or [`NIL`]. Invariant: every class whose bitmap bit is set is
+    /// below `heads.len()` (a class is set only after its head slot exists), and `heads` never
+    /// shrinks.
+    heads: Vec<u32>,
     /// The classes longer than [`LONG_CLASS`] blocks (their head is still in `heads`).
     trees: FxHashMap<u32, ClassTree>,
 }
 
 impl StreamFree {
-    /// The first block of class `c`, or [`NIL`].
-    #[inline(always)]
+    /// An empty stream list with heads for classes `..classes`.
+    fn new(classes: usize) -> Self {
+        StreamFree {
+            bitmap: Bitmap::default(),
+            heads: vec![NIL; classes],
+            trees: FxHashMap::default(),
+        }
+    }
+
+    /// The first block of class `c`, or [`NIL`] (any class).
+    #[inline]
     fn head(&self, c: usize) -> u32 {
-        match self.heads.get(c / PAGE) {
-            Some(Some(page)) => page[c % PAGE],
-            _ => NIL,
-        }
+        self.heads.get(c).copied().unwrap_or(NIL)
     }
 
-    /// The head slot of class `c`, allocating its page if needed.
+    /// The head slot of class `c`, which is non-empty or holds a present block (so `c <
+    /// heads.len()`).
     #[inline(always)]
-    fn head_mut(&mut self, c: usize) -> &mut u32 {
-        let p = c / PAGE;
-        if !matches!(self.heads.get(p), Some(Some(_))) {
-            self.alloc_page(p);
-        }
-        match &mut self.heads[p] {
-            Some(page) => &mut page[c % PAGE],
-            None => unreachable!("the page was just allocated"),
-        }
+    fn head_of_used(&mut self, c: usize) -> &mut u32 {
+        debug_assert!(c < self.heads.len(), "class {c} has no head slot");
+        // SAFETY: `c < self.heads.len()`: the caller's class has its bitmap bit set or holds a
+        // present block, and `insert` grows `heads` to cover a class before it links a block
+        // into it (then sets its bit); `heads` never shrinks.
+        unsafe { self.heads.get_unchecked_mut(c) }
     }
 
+    /// The first block of non-empty class `c` (one found in the bitmap).
+    #[inline(always)]
+    fn head_of_set(&self, c: usize) -> u32 {
+        debug_assert!(c < self.heads.len(), "class {c} has no head slot");
+        // SAFETY: as in `head_of_used`: a class whose bit is set is below `heads.len()`.
+        unsafe { *self.heads.get_unchecked(c) }
+    }
+
+    /// Grows `heads` to cover class `c`.
     #[cold]
     #[inline(never)]
-    fn alloc_page(&mut self, p: usize) {
-        if p >= self.heads.len() {
-            self.heads.resize_with(p + 1, || None);
-        }
-        self.heads[p].get_or_insert_with(|| Box::new([NIL; PAGE]));
+    fn grow_heads(&mut self, c: usize) {
+        let len = (c + 1).next_multiple_of(HEADS_STEP).min(CLASSES);
+        self.heads.reserve_exact(len - self.heads.len());
+        self.heads.resize(len, NIL);
     }
 }
 
@@ -281,6 +305,32 @@ const DEAD_NODE: Node = Node {
     next: DEAD,
 };
 
+/// The node table: by block id, the class-list links of the pool's free blocks. Invariant:
+/// every id the index links (a class head, a node's `prev`/`next`, a tree entry) or was
+/// checked on the way in (`insert` grows the table before it links an id) is below the table's
+/// length, and the table never shrinks; so those ids index it without a bounds check.
+#[derive(Clone, Debug)]
+struct Nodes(Vec<Node>);
+
+impl Nodes {
+    /// The node of linked (or just checked) id `id`.
+    #[inline(always)]
+    fn at(&self, id: u32) -> &Node {
+        debug_assert!((id as usize) < self.0.len(), "node id {id} not linked");
+        // SAFETY: `id < self.0.len()` by the table's invariant: callers pass only linked ids
+        // (read from a head, a link or a tree) or one `insert` checked against the length.
+        unsafe { self.0.get_unchecked(id as usize) }
+    }
+
+    /// [`Self::at`], mutable.
+    #[inline(always)]
+    fn at_mut(&mut self, id: u32) -> &mut Node {
+        debug_assert!((id as usize) < self.0.len(), "node id {id} not linked");
+        // SAFETY: as in `at`.
+        unsafe { self.0.get_unchecked_mut(id as usize) }
+    }
+}
+
 /// The free blocks of one pool in `(stream, size, rank, address)` order. A block id is in the index
 /// at most once.
 #[derive(Clone, Debug)]
@@ -288,11 +338,11 @@ pub(crate) struct FreeIndex {
     /// Per stream, sorted by stream (PyTorch orders streams by handle value).
     streams: Vec<(StreamId, StreamFree)>,
     /// Class-list links, by block id.
-    nodes: Vec<Node>,
+    nodes: Nodes,
     len: usize,
-    /// Bitmap words a new stream's lowest level starts with: enough for the pool's usual sizes,
-    /// so that filling a pool from empty does not grow it step by step.
-    words: usize,
+    /// Class heads a new stream starts with: enough for the pool's usual sizes, so that filling
+    /// a pool from empty does not grow them step by step.
+    classes: usize,
     /// A stream list made ready when the index was built, taken by the first stream to arrive
     /// (so that an allocator's first requests do not pay for it).
     spare: Option<StreamFree>,
@@ -305,30 +355,31 @@ impl Default for FreeIndex {
 }
 
 impl FreeIndex {
-    /// An empty index whose per-stream bitmaps start sized for free blocks of up to `size`
-    /// bytes (larger ones still work: the bitmap grows). The small pool's blocks are at most one
-    /// 2 MiB segment; the large pool's can be anything.
+    /// An empty index whose per-stream class heads start sized for free blocks of up to `size`
+    /// bytes, at most [`INITIAL_HEADS_MAX`] classes (larger ones still work: the heads grow).
+    /// The small pool's blocks are at most one 2 MiB segment; the large pool's can be anything.
     pub(crate) fn for_sizes_up_to(size: usize) -> Self {
-        let words = (class_of(size) / 64 + 1)
-            .next_power_of_two()
-            .clamp(64, L0_WORDS);
-        let mut index = FreeIndex {
+        let classes = (class_of(size) + 1).min(INITIAL_HEADS_MAX);
+        FreeIndex {
             streams: Vec::with_capacity(4),
-            nodes: vec![DEAD_NODE; INITIAL_NODES],
+            nodes: Nodes(vec![DEAD_NODE; INITIAL_NODES]),
             len: 0,
-            words,
-            spare: None,
-        };
-        index.spare = Some(index.new_stream());
-        index
+            classes,
+            spare: Some(StreamFree::new(classes)),
+        }
     }
 
-    /// An empty stream list, its bitmap and page table sized for the pool.
-    fn new_stream(&self) -> StreamFree {
-        let mut f = StreamFree::default();
-        f.bitmap.l0 = vec![0; self.words];
-        f.heads = vec![None; self.words * 64 / PAGE];
-        f
+    /// Bytes of memory the index holds (its tables' capacities), for sizing checks.
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        let stream = |f: &StreamFree| {
+            std::mem::size_of::<StreamFree>()
+                + std::mem::size_of::<[u64; WORDS]>()
+                + f.heads.capacity() * std::mem::size_of::<u32>()
+        };
+        self.streams.iter().map(|(_, f)| stream(f)).sum::<usize>()
+            + self.spare.as_ref().map_or(0, stream)
+            + self.nodes.0.capacity() * std::mem::size_of::<Node>()
     }
 
     #[inline(always)]
@@ -344,7 +395,11 @@ impl FreeIndex {
             Some(i) => i,
             None => {
                 let at = self.streams.partition_point(|(id, _)| *id < s);
-                let f = self.spare.take().unwrap_or_else(|| self.new_stream());
+                let classes = self.classes;
+                let f = self
+                    .spare
+                    .take()
+                    .unwrap_or_else(|| StreamFree::new(classes));
                 self.streams.insert(at, (s, f));
                 at
             }
@@ -359,18 +414,18 @@ impl FreeIndex {
     /// Inserts a key; false if its block is already in the index.
     #[inline(always)]
     pub(crate) fn insert(&mut self, k: SizeKey) -> bool {
-        // Fast path: the only stream, an allocated head page, a node slot.
+        // Fast path: the only stream, a node slot and a head slot that exist.
         let id = k.id.0 as usize;
-        if id < self.nodes.len() && self.nodes[id].next == DEAD {
+        if id < self.nodes.0.len() {
+            if self.nodes.at(k.id.0).next != DEAD {
+                return false;
+            }
             if let [(s, f)] = self.streams.as_mut_slice() {
                 let c = class_of(k.size);
-                if *s == k.stream {
-                    if let Some(Some(page)) = f.heads.get_mut(c / PAGE) {
-                        let head = &mut page[c % PAGE];
-                        link(&mut self.nodes, head, &mut f.bitmap, &mut f.trees, c, &k);
-                        self.len += 1;
-                        return true;
-                    }
+                if *s == k.stream && c < f.heads.len() {
+                    link(&mut self.nodes, f, c, &k);
+                    self.len += 1;
+                    return true;
                 }
             }
         }
@@ -381,21 +436,19 @@ impl FreeIndex {
     #[inline(never)]
     fn insert_slow(&mut self, k: SizeKey) -> bool {
         let id = k.id.0 as usize;
-        if id >= self.nodes.len() {
+        if id >= self.nodes.0.len() {
             let len = (id + 1).next_power_of_two().max(INITIAL_NODES);
-            self.nodes.resize(len, DEAD_NODE);
-        } else if self.nodes[id].next != DEAD {
+            self.nodes.0.resize(len, DEAD_NODE);
+        } else if self.nodes.at(k.id.0).next != DEAD {
             return false;
         }
         let s = self.stream_index(k.stream);
         let f = &mut self.streams[s].1;
         let c = class_of(k.size);
-        f.head_mut(c);
-        let Some(Some(page)) = f.heads.get_mut(c / PAGE) else {
-            unreachable!("head_mut allocated the page");
-        };
-        let head = &mut page[c % PAGE];
-        link(&mut self.nodes, head, &mut f.bitmap, &mut f.trees, c, &k);
+        if c >= f.heads.len() {
+            f.grow_heads(c);
+        }
+        link(&mut self.nodes, f, c, &k);
         self.len += 1;
         true
     }
@@ -414,37 +467,33 @@ impl FreeIndex {
     #[inline(always)]
     pub(crate) fn remove_present(&mut self, k: &SizeKey) {
         debug_assert!(self.contains(k), "removing a key that is not in the index");
-        let id = k.id.0 as usize;
-        let node = self.nodes[id];
-        assert!(
-            node.next != DEAD,
-            "removing a block that is not in the index"
-        );
+        // The key is present (the caller's contract), so its id is linked.
+        let node = *self.nodes.at(k.id.0);
         if node.prev == TREE {
             self.remove_from_tree(k.id.0, node);
             return;
         }
         if node.prev == NIL {
-            // The node's own key names the class and stream whose head it is.
-            let c = class_of(node.size);
+            // The block heads its class: the key names the class and stream.
+            let c = class_of(k.size);
             let f = match self.streams.as_mut_slice() {
                 [(_, f)] => f,
-                many => match many.iter_mut().find(|(s, _)| *s == node.stream) {
+                many => match many.iter_mut().find(|(s, _)| *s == k.stream) {
                     Some((_, f)) => f,
                     None => unreachable!("a present key's stream has a list"),
                 },
             };
-            *f.head_mut(c) = node.next;
+            *f.head_of_used(c) = node.next;
             if node.next == NIL {
                 f.bitmap.clear(c);
             }
         } else {
-            self.nodes[node.prev as usize].next = node.next;
+            self.nodes.at_mut(node.prev).next = node.next;
         }
         if node.next != NIL {
-            self.nodes[node.next as usize].prev = node.prev;
+            self.nodes.at_mut(node.next).prev = node.prev;
         }
-        self.nodes[id].next = DEAD;
+        self.nodes.at_mut(k.id.0).next = DEAD;
         self.len -= 1;
     }
 
@@ -460,11 +509,11 @@ impl FreeIndex {
             unreachable!("a tree node's class has a tree");
         };
         tree.remove(&(node.size, node.rank, node.ptr, id));
-        self.nodes[id as usize].next = DEAD;
+        self.nodes.0[id as usize].next = DEAD;
         self.len -= 1;
         if tree.len() > SHORT_CLASS {
             if let Some(&(_, _, _, first)) = tree.first() {
-                *f.head_mut(c) = first;
+                *f.head_of_used(c) = first;
             }
             return;
         }
@@ -474,18 +523,18 @@ impl FreeIndex {
         };
         let mut prev = NIL;
         for &(_, _, _, at) in &tree {
-            let n = &mut self.nodes[at as usize];
+            let n = &mut self.nodes.0[at as usize];
             n.prev = prev;
             n.next = NIL;
             if prev == NIL {
-                *f.head_mut(c) = at;
+                *f.head_of_used(c) = at;
             } else {
-                self.nodes[prev as usize].next = at;
+                self.nodes.0[prev as usize].next = at;
             }
             prev = at;
         }
         if prev == NIL {
-            *f.head_mut(c) = NIL;
+            *f.head_of_used(c) = NIL;
             f.bitmap.clear(c);
         }
     }
@@ -493,7 +542,7 @@ impl FreeIndex {
     /// Whether the key is present.
     #[inline]
     pub(crate) fn contains(&self, k: &SizeKey) -> bool {
-        self.nodes.get(k.id.0 as usize).is_some_and(|n| {
+        self.nodes.0.get(k.id.0 as usize).is_some_and(|n| {
             n.next != DEAD
                 && n.ptr == k.ptr
                 && n.size == k.size
@@ -508,26 +557,26 @@ impl FreeIndex {
         let f = self.stream(stream)?;
         let c0 = class_of(size);
         let mut c = f.bitmap.next_at_or_above(c0)?;
-        let mut id = f.head(c);
+        let mut id = f.head_of_set(c);
         if c == c0 {
             // The class of `size` may hold smaller blocks: a coarse class holds several sizes,
             // and an exact class is below a `size` that is not a multiple of 512.
-            if self.nodes[id as usize].prev == TREE {
+            if self.nodes.at(id).prev == TREE {
                 id = f.trees[&(c as u32)]
                     .range((size, 0, 0, 0)..)
                     .next()
                     .map_or(NIL, |&(_, _, _, at)| at);
             } else {
-                while id != NIL && self.nodes[id as usize].size < size {
-                    id = self.nodes[id as usize].next;
+                while id != NIL && self.nodes.at(id).size < size {
+                    id = self.nodes.at(id).next;
                 }
             }
             if id == NIL {
                 c = f.bitmap.next_at_or_above(c + 1)?;
-                id = f.head(c);
+                id = f.head_of_set(c);
             }
         }
-        let node = &self.nodes[id as usize];
+        let node = self.nodes.at(id);
         Some(SizeKey {
             stream,
             size: node.size,
@@ -547,7 +596,7 @@ impl FreeIndex {
         let start = f.and_then(|f| f.bitmap.next_at_or_above(class_of(size)));
         ForwardClasses {
             f,
-            nodes: &self.nodes,
+            nodes: &self.nodes.0,
             class: start,
             pending: Vec::new(),
             next: 0,
@@ -574,7 +623,7 @@ impl FreeIndex {
         let start = f.and_then(|f| f.bitmap.prev_below(class_of(size).saturating_add(1)));
         BackwardClasses {
             f,
-            nodes: &self.nodes,
+            nodes: &self.nodes.0,
             class: start,
             pending: SmallVec::new(),
             loaded: false,
@@ -597,54 +646,55 @@ impl FreeIndex {
     }
 }
 
-/// Links block `k` into class `c` (whose first block is `*head`) at its `(size, rank, address)`
-/// position, and marks the class non-empty. A list that grows past [`LONG_CLASS`] moves to a
-/// B-tree.
+/// Links block `k` (whose id is below the node table's length) into class `c` of `f` (whose
+/// head slot exists) at its `(size, rank, address)` position, and marks the class non-empty. A
+/// list that grows past [`LONG_CLASS`] moves to a B-tree.
 #[inline(always)]
-fn link(
-    nodes: &mut [Node],
-    head: &mut u32,
-    bitmap: &mut Bitmap,
-    trees: &mut FxHashMap<u32, ClassTree>,
-    c: usize,
-    k: &SizeKey,
-) {
+fn link(nodes: &mut Nodes, f: &mut StreamFree, c: usize, k: &SizeKey) {
     let order = (k.size, k.rank, k.ptr);
+    let StreamFree {
+        bitmap,
+        heads,
+        trees,
+    } = f;
+    debug_assert!(c < heads.len(), "class {c} has no head slot");
+    // SAFETY: `c < heads.len()`: the caller checked it (growing `heads` if needed).
+    let head = unsafe { heads.get_unchecked_mut(c) };
     let (prev, next) = if *head == NIL {
         *head = k.id.0;
         bitmap.set(c);
         (NIL, NIL)
-    } else if nodes[*head as usize].prev == TREE {
-        return link_tree(nodes, head, trees, c, k);
-    } else if nodes[*head as usize].order() > order {
+    } else if nodes.at(*head).prev == TREE {
+        return link_tree(&mut nodes.0, head, trees, c, k);
+    } else if nodes.at(*head).order() > order {
         let next = *head;
         *head = k.id.0;
-        nodes[next as usize].prev = k.id.0;
+        nodes.at_mut(next).prev = k.id.0;
         (NIL, next)
     } else {
         // Walk to the last block before `k` (class lists are short).
         let mut at = *head;
         let mut steps = 0;
         loop {
-            let n = nodes[at as usize].next;
-            if n == NIL || nodes[n as usize].order() > order {
+            let n = nodes.at(at).next;
+            if n == NIL || nodes.at(n).order() > order {
                 break;
             }
             at = n;
             steps += 1;
             if steps == LONG_CLASS {
-                to_tree(nodes, *head, trees, c);
-                return link_tree(nodes, head, trees, c, k);
+                to_tree(&mut nodes.0, *head, trees, c);
+                return link_tree(&mut nodes.0, head, trees, c, k);
             }
         }
-        let next = nodes[at as usize].next;
-        nodes[at as usize].next = k.id.0;
+        let next = nodes.at(at).next;
+        nodes.at_mut(at).next = k.id.0;
         if next != NIL {
-            nodes[next as usize].prev = k.id.0;
+            nodes.at_mut(next).prev = k.id.0;
         }
         (at, next)
     };
-    nodes[k.id.0 as usize] = Node {
+    *nodes.at_mut(k.id.0) = Node {
         ptr: k.ptr,
         size: k.size,
         rank: k.rank,
@@ -833,14 +883,22 @@ mod tests {
     }
 
     /// Classes never decrease with size (so a walk up from a size's class sees every larger
-    /// block), are exact below 64 MiB, 2 MiB wide above it, and end at the last class.
+    /// block), are exact up to 64 MiB, 2 MiB wide above it, and end at the last class; a whole
+    /// small-pool segment and its remainder after a 512-byte split share the last word of the
+    /// small pool's 64.
     #[test]
     fn classes_grow_with_size() {
-        assert_eq!(class_of(512), 1);
-        assert_eq!(class_of(EXACT_LIMIT - 512), EXACT_CLASSES - 1);
-        assert_eq!(class_of(EXACT_LIMIT), EXACT_CLASSES);
-        assert_eq!(class_of(EXACT_LIMIT + (2 << 20) - 512), EXACT_CLASSES);
-        assert_eq!(class_of(EXACT_LIMIT + (2 << 20)), EXACT_CLASSES + 1);
+        assert_eq!(class_of(0), 0);
+        assert_eq!(class_of(1), 0);
+        assert_eq!(class_of(512), 0);
+        assert_eq!(class_of(513), 1);
+        assert_eq!(class_of(crate::sizes::SMALL_BUFFER), 4095);
+        assert_eq!(class_of(crate::sizes::SMALL_BUFFER - 512), 4094);
+        assert_eq!(class_of(EXACT_LIMIT - 512), EXACT_CLASSES - 2);
+        assert_eq!(class_of(EXACT_LIMIT), EXACT_CLASSES - 1);
+        assert_eq!(class_of(EXACT_LIMIT + 1), EXACT_CLASSES);
+        assert_eq!(class_of(EXACT_LIMIT + (2 << 20)), EXACT_CLASSES);
+        assert_eq!(class_of(EXACT_LIMIT + (2 << 20) + 512), EXACT_CLASSES + 1);
         assert_eq!(class_of(usize::MAX), CLASSES - 1);
         let mut sizes: Vec<usize> = (10..63)
             .flat_map(|shift| [(1usize << shift) - 512, 1 << shift, (1 << shift) + 512])
@@ -1036,6 +1094,157 @@ mod tests {
         );
         for k in &model {
             assert!(idx.contains(k));
+        }
+    }
+
+    /// The bitmap's searches agree with a scan of a plain set of classes, across all three
+    /// levels (classes drawn near word and summary-word edges).
+    #[test]
+    fn bitmap_matches_a_scan() {
+        let mut rnd = xorshift(0x0bad_5eed_u64);
+        let mut b = Bitmap::default();
+        let mut set: BTreeSet<usize> = BTreeSet::new();
+        let edges = [
+            0usize,
+            1,
+            62,
+            63,
+            64,
+            4094,
+            4095,
+            4096,
+            4097,
+            131071,
+            131072,
+            CLASSES - 1,
+        ];
+        for _ in 0..5_000 {
+            let r = rnd();
+            let c = if r & 1 == 0 {
+                edges[(r >> 1) as usize % edges.len()]
+            } else {
+                (r >> 1) as usize % CLASSES
+            };
+            if set.contains(&c) {
+                b.clear(c);
+                set.remove(&c);
+            } else {
+                b.set(c);
+                set.insert(c);
+            }
+            for probe in [
+                c,
+                c + 1,
+                c.saturating_sub(1),
+                (rnd() as usize) % (CLASSES + 2),
+            ] {
+                assert_eq!(
+                    b.next_at_or_above(probe),
+                    set.range(probe..).next().copied(),
+                    "next_at_or_above({probe})"
+                );
+                assert_eq!(
+                    b.prev_below(probe),
+                    set.range(..probe).next_back().copied(),
+                    "prev_below({probe})"
+                );
+            }
+        }
+    }
+
+    /// An index's tables stay small: fresh, the small pool's about 90 KiB (the node table 40
+    /// KiB, the bitmap 32 KiB, the heads 16 KiB) and the large pool's about 140 KiB (64 KiB of
+    /// heads); a stream holding a free 64 MiB block about 600 KiB, and one holding a free 1 TiB
+    /// block (every class) about 1.1 MiB.
+    #[test]
+    fn tables_stay_small() {
+        let small = FreeIndex::for_sizes_up_to(crate::sizes::SMALL_BUFFER);
+        let large = FreeIndex::for_sizes_up_to(usize::MAX);
+        assert!(small.heap_bytes() < 96 << 10, "{}", small.heap_bytes());
+        assert!(large.heap_bytes() < 144 << 10, "{}", large.heap_bytes());
+        let mut large = large;
+        assert!(large.insert(key(0, 64 << 20, 0x1000, 1)));
+        assert!(large.heap_bytes() < 608 << 10, "{}", large.heap_bytes());
+        assert!(large.insert(key(0, 1 << 40, 0x1000_0000, 2)));
+        assert!(large.heap_bytes() < 1200 << 10, "{}", large.heap_bytes());
+    }
+
+    /// One operation of the property test: insert or remove a key, or search.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(SizeKey),
+        Remove(SizeKey),
+        Search(u64, usize),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let size = prop_oneof![
+            (1usize..16).prop_map(|u| u * 512),
+            (4090usize..4097).prop_map(|u| u * 512),
+            Just(EXACT_LIMIT),
+            (0usize..8).prop_map(|u| EXACT_LIMIT + 1 + u * (1 << 20)),
+            (0usize..4).prop_map(|u| (3 << 30) + u * 512),
+        ];
+        // Block `id` always has one address, as in the allocator; its size, stream and rank
+        // vary between the times it is free.
+        let k = (0u64..3, size, 0u64..3, 0u32..48).prop_map(|(stream, size, rank, id)| {
+            ranked(stream, size, rank, u64::from(id) * 4096, id)
+        });
+        prop_oneof![
+            3 => k.clone().prop_map(Op::Insert),
+            2 => k.prop_map(Op::Remove),
+            2 => (0u64..3, 0usize..(4 << 30)).prop_map(|(s, z)| Op::Search(s, z)),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Random inserts, removes and best-fit searches give the answers of a `BTreeSet` of
+        /// `(stream, size, rank, address)` keys.
+        #[test]
+        fn matches_a_btree_set(ops in proptest::collection::vec(op(), 1..400)) {
+            let mut idx = FreeIndex::for_sizes_up_to(crate::sizes::SMALL_BUFFER);
+            let mut model: BTreeSet<SizeKey> = BTreeSet::new();
+            for op in ops {
+                match op {
+                    Op::Insert(k) => {
+                        if !model.iter().any(|m| m.id == k.id) {
+                            proptest::prop_assert!(idx.insert(k));
+                            model.insert(k);
+                        } else {
+                            proptest::prop_assert_eq!(idx.insert(k), false);
+                        }
+                    }
+                    Op::Remove(k) => {
+                        if model.remove(&k) {
+                            idx.remove_present(&k);
+                        } else {
+                            proptest::prop_assert!(!idx.remove(&k));
+                        }
+                    }
+                    Op::Search(s, size) => {
+                        let s = StreamId(s);
+                        let lower = SizeKey::lower(s, size);
+                        let want = model.range(lower..).next().filter(|k| k.stream == s).copied();
+                        proptest::prop_assert_eq!(idx.lower_bound(s, size), want);
+                        let below: Vec<_> = model
+                            .range(..lower)
+                            .rev()
+                            .take_while(|k| k.stream == s)
+                            .copied()
+                            .collect();
+                        proptest::prop_assert_eq!(
+                            idx.range_below_rev(s, size).collect::<Vec<_>>(),
+                            below
+                        );
+                    }
+                }
+                proptest::prop_assert_eq!(idx.len(), model.len());
+            }
+            proptest::prop_assert_eq!(
+                idx.iter().collect::<Vec<_>>(),
+                model.iter().copied().collect::<Vec<_>>()
+            );
         }
     }
 }
