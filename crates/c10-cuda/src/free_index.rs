@@ -16,8 +16,9 @@
 //!   top word over the 64 summary words. A search checks the requested class's own word first,
 //!   then the summary word of the next words, and the top word only when that summary word is
 //!   empty (never in the small pool, whose words share summary word 0). Setting a class is
-//!   branch-free (three `|=`); clearing one touches the upper levels only when its word empties.
-//!   Indexes are masked to the array sizes, so the bitmap has no bounds checks.
+//!   branch-free (three `|=`); clearing one is a single `&=`: the upper levels may keep stale
+//!   bits for emptied words, which the next search that meets them clears. Indexes are masked
+//!   to the array sizes, so the bitmap has no bounds checks.
 //! - **Class heads.** A flat `Vec<u32>` of each class's first block (or [`NIL`]), presized for
 //!   the pool's usual sizes (the small pool: all 4,096 classes, 16 KiB) and grown only when a
 //!   free block of a larger class arrives (4 bytes per class up to the largest class used: 1 MiB
@@ -36,6 +37,7 @@
 //! to the lowest address, release order) is unchanged.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
@@ -92,25 +94,53 @@ fn class_of(size: usize) -> usize {
 }
 
 /// A three-level bitmap over the size classes: bit set = class non-empty (see the module
-/// documentation). An upper level's bit is set exactly when the word it stands for is non-zero.
-#[derive(Clone, Debug)]
+/// documentation). The upper levels are a superset: a word's summary bit (and its summary
+/// word's top bit) is set whenever the word is non-zero, but clearing a class leaves them set;
+/// a search that meets such a stale bit clears it. So clearing a class is one `&=`, and a
+/// block that moves between classes of one word (a split segment and its remainder) leaves
+/// the upper levels alone. Searches take `&self`, so the upper levels are atomics used with
+/// `Relaxed` loads and stores (plain moves): a stale bit two searches both clear, or one
+/// clears and the other keeps, is still a superset.
+#[derive(Debug)]
 struct Bitmap {
     /// Bit `c % 64` of word `c / 64`: class `c` is non-empty.
     words: Box<[u64; WORDS]>,
-    /// Bit `w % 64` of word `w / 64`: `words[w]` is non-zero.
-    summary: [u64; SUMMARY_WORDS],
-    /// Bit `i`: `summary[i]` is non-zero.
-    top: u64,
+    /// Bit `w % 64` of word `w / 64`: `words[w]` may be non-zero (set if it is).
+    summary: [AtomicU64; SUMMARY_WORDS],
+    /// Bit `i`: `summary[i]` may be non-zero (set if it is).
+    top: AtomicU64,
 }
 
 impl Default for Bitmap {
     fn default() -> Self {
         Bitmap {
             words: Box::new([0; WORDS]),
-            summary: [0; SUMMARY_WORDS],
-            top: 0,
+            summary: std::array::from_fn(|_| AtomicU64::new(0)),
+            top: AtomicU64::new(0),
         }
     }
+}
+
+impl Clone for Bitmap {
+    fn clone(&self) -> Self {
+        Bitmap {
+            words: self.words.clone(),
+            summary: std::array::from_fn(|i| AtomicU64::new(load(&self.summary[i]))),
+            top: AtomicU64::new(load(&self.top)),
+        }
+    }
+}
+
+/// A relaxed load of an upper-level bitmap word.
+#[inline(always)]
+fn load(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// A relaxed store of an upper-level bitmap word.
+#[inline(always)]
+fn store(a: &AtomicU64, v: u64) {
+    a.store(v, Ordering::Relaxed);
 }
 
 impl Bitmap {
@@ -120,25 +150,15 @@ impl Bitmap {
         debug_assert!(c < CLASSES);
         let w = (c >> 6) & (WORDS - 1);
         self.words[w] |= 1 << (c & 63);
-        self.summary[w >> 6] |= 1 << (w & 63);
-        self.top |= 1 << (w >> 6);
+        *self.summary[w >> 6].get_mut() |= 1 << (w & 63);
+        *self.top.get_mut() |= 1 << (w >> 6);
     }
 
-    /// Marks class `c` empty.
+    /// Marks class `c` empty (its word's upper-level bits stay: see [`Bitmap`]).
     #[inline(always)]
     fn clear(&mut self, c: usize) {
         debug_assert!(c < CLASSES);
-        let w = (c >> 6) & (WORDS - 1);
-        let word = self.words[w] & !(1 << (c & 63));
-        self.words[w] = word;
-        if word == 0 {
-            let i = w >> 6;
-            let s = self.summary[i] & !(1 << (w & 63));
-            self.summary[i] = s;
-            if s == 0 {
-                self.top &= !(1 << i);
-            }
-        }
+        self.words[(c >> 6) & (WORDS - 1)] &= !(1 << (c & 63));
     }
 
     /// The lowest non-empty class `>= c`.
@@ -156,25 +176,36 @@ impl Bitmap {
         Some((w << 6) | self.words[w].trailing_zeros() as usize)
     }
 
-    /// The lowest non-zero word `> w`.
+    /// The lowest non-zero word `> w`, clearing the stale upper-level bits it passes.
     #[inline(always)]
     fn next_word_above(&self, w: usize) -> Option<usize> {
-        let w = w + 1;
-        if w >= WORDS {
-            return None;
+        let mut w = w + 1;
+        while w < WORDS {
+            let i = w >> 6;
+            let s = load(&self.summary[i]);
+            let m = s & (!0u64 << (w & 63));
+            if m != 0 {
+                let found = (i << 6) | m.trailing_zeros() as usize;
+                if self.words[found] != 0 {
+                    return Some(found);
+                }
+                // A stale summary bit.
+                store(&self.summary[i], s & !(1 << (found & 63)));
+                w = found + 1;
+                continue;
+            }
+            if s == 0 {
+                // A stale top bit (or none).
+                store(&self.top, load(&self.top) & !(1 << i));
+            }
+            // The summary words above `i` (`!1 << i` keeps bits `i + 1..`, none for `i = 63`).
+            let t = load(&self.top) & (!1u64 << i);
+            if t == 0 {
+                return None;
+            }
+            w = (t.trailing_zeros() as usize) << 6;
         }
-        let i = w >> 6;
-        let m = self.summary[i] & (!0u64 << (w & 63));
-        if m != 0 {
-            return Some((i << 6) | m.trailing_zeros() as usize);
-        }
-        // The summary words above `i` (`!1 << i` keeps bits `i + 1..`, none for `i = 63`).
-        let m = self.top & (!1u64 << i);
-        if m == 0 {
-            return None;
-        }
-        let i = m.trailing_zeros() as usize & (SUMMARY_WORDS - 1);
-        Some(((i << 6) | self.summary[i].trailing_zeros() as usize) & (WORDS - 1))
+        None
     }
 
     /// The highest non-empty class `< c`.
@@ -194,24 +225,37 @@ impl Bitmap {
         Some((w << 6) | (63 - self.words[w].leading_zeros() as usize))
     }
 
-    /// The highest non-zero word `< w`.
+    /// The highest non-zero word `< w`, clearing the stale upper-level bits it passes.
     #[inline]
     fn prev_word_below(&self, w: usize) -> Option<usize> {
-        if w == 0 {
-            return None;
+        let mut w = w;
+        while w > 0 {
+            let last = w - 1;
+            let i = last >> 6;
+            let s = load(&self.summary[i]);
+            let m = s & (!0u64 >> (63 - (last & 63)));
+            if m != 0 {
+                let found = (i << 6) | (63 - m.leading_zeros() as usize);
+                if self.words[found] != 0 {
+                    return Some(found);
+                }
+                // A stale summary bit.
+                store(&self.summary[i], s & !(1 << (found & 63)));
+                w = found;
+                continue;
+            }
+            if s == 0 {
+                // A stale top bit (or none).
+                store(&self.top, load(&self.top) & !(1 << i));
+            }
+            // The summary words below `i`.
+            let t = load(&self.top) & ((1u64 << i) - 1);
+            if t == 0 {
+                return None;
+            }
+            w = (64 - t.leading_zeros() as usize) << 6;
         }
-        let w = w - 1;
-        let i = w >> 6;
-        let m = self.summary[i] & (!0u64 >> (63 - (w & 63)));
-        if m != 0 {
-            return Some((i << 6) | (63 - m.leading_zeros() as usize));
-        }
-        let m = self.top & ((1u64 << i) - 1);
-        if m == 0 {
-            return None;
-        }
-        let i = (63 - m.leading_zeros() as usize) & (SUMMARY_WORDS - 1);
-        Some(((i << 6) | (63 - self.summary[i].leading_zeros() as usize)) & (WORDS - 1))
+        None
     }
 }
 
@@ -277,12 +321,12 @@ impl StreamFree {
 /// exact.
 #[derive(Clone, Copy, Debug)]
 struct Node {
+    prev: u32,
+    next: u32,
     ptr: DevicePtr,
     size: usize,
     rank: u64,
     stream: StreamId,
-    prev: u32,
-    next: u32,
 }
 
 impl Node {
@@ -468,12 +512,13 @@ impl FreeIndex {
     pub(crate) fn remove_present(&mut self, k: &SizeKey) {
         debug_assert!(self.contains(k), "removing a key that is not in the index");
         // The key is present (the caller's contract), so its id is linked.
-        let node = *self.nodes.at(k.id.0);
-        if node.prev == TREE {
-            self.remove_from_tree(k.id.0, node);
+        let node = self.nodes.at(k.id.0);
+        let (prev, next) = (node.prev, node.next);
+        if prev == TREE {
+            self.remove_from_tree(k);
             return;
         }
-        if node.prev == NIL {
+        if prev == NIL {
             // The block heads its class: the key names the class and stream.
             let c = class_of(k.size);
             let f = match self.streams.as_mut_slice() {
@@ -483,15 +528,15 @@ impl FreeIndex {
                     None => unreachable!("a present key's stream has a list"),
                 },
             };
-            *f.head_of_used(c) = node.next;
-            if node.next == NIL {
+            *f.head_of_used(c) = next;
+            if next == NIL {
                 f.bitmap.clear(c);
             }
         } else {
-            self.nodes.at_mut(node.prev).next = node.next;
+            self.nodes.at_mut(prev).next = next;
         }
-        if node.next != NIL {
-            self.nodes.at_mut(node.next).prev = node.prev;
+        if next != NIL {
+            self.nodes.at_mut(next).prev = prev;
         }
         self.nodes.at_mut(k.id.0).next = DEAD;
         self.len -= 1;
@@ -500,15 +545,16 @@ impl FreeIndex {
     /// [`Self::remove_present`] for a block of a long class.
     #[cold]
     #[inline(never)]
-    fn remove_from_tree(&mut self, id: u32, node: Node) {
-        let c = class_of(node.size);
-        let Some((_, f)) = self.streams.iter_mut().find(|(s, _)| *s == node.stream) else {
+    fn remove_from_tree(&mut self, k: &SizeKey) {
+        let id = k.id.0;
+        let c = class_of(k.size);
+        let Some((_, f)) = self.streams.iter_mut().find(|(s, _)| *s == k.stream) else {
             unreachable!("a present key's stream has a list");
         };
         let Some(tree) = f.trees.get_mut(&(c as u32)) else {
             unreachable!("a tree node's class has a tree");
         };
-        tree.remove(&(node.size, node.rank, node.ptr, id));
+        tree.remove(&(k.size, k.rank, k.ptr, id));
         self.nodes.0[id as usize].next = DEAD;
         self.len -= 1;
         if tree.len() > SHORT_CLASS {
@@ -1098,7 +1144,8 @@ mod tests {
     }
 
     /// The bitmap's searches agree with a scan of a plain set of classes, across all three
-    /// levels (classes drawn near word and summary-word edges).
+    /// levels (classes drawn near word and summary-word edges), stale upper-level bits
+    /// included; and the upper levels always cover every non-zero word.
     #[test]
     fn bitmap_matches_a_scan() {
         let mut rnd = xorshift(0x0bad_5eed_u64);
@@ -1118,12 +1165,22 @@ mod tests {
             131072,
             CLASSES - 1,
         ];
-        for _ in 0..5_000 {
+        for round in 0..20_000 {
+            if round % 97 == 0 {
+                for (w, &word) in b.words.iter().enumerate() {
+                    if word != 0 {
+                        assert_ne!(load(&b.summary[w >> 6]) & (1 << (w & 63)), 0, "word {w}");
+                        assert_ne!(load(&b.top) & (1 << (w >> 6)), 0, "word {w}");
+                    }
+                }
+            }
             let r = rnd();
-            let c = if r & 1 == 0 {
-                edges[(r >> 1) as usize % edges.len()]
-            } else {
-                (r >> 1) as usize % CLASSES
+            // Edges, a dense range (many words emptied and refilled: stale upper-level bits
+            // to skip and clear), and anywhere.
+            let c = match r % 3 {
+                0 => edges[(r >> 2) as usize % edges.len()],
+                1 => (r >> 2) as usize % 8192,
+                _ => (r >> 2) as usize % CLASSES,
             };
             if set.contains(&c) {
                 b.clear(c);
