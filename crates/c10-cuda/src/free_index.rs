@@ -86,10 +86,14 @@ type ClassTree = BTreeSet<(usize, u64, DevicePtr, u32)>;
 /// The class of a free block of `size` bytes (always below [`CLASSES`]).
 #[inline(always)]
 fn class_of(size: usize) -> usize {
-    if size <= EXACT_LIMIT {
-        size.saturating_sub(1) >> UNIT_SHIFT
+    // The offset of the block's last byte (`usize::MAX` for size 0, whose class is 0).
+    let last = size.wrapping_sub(1);
+    if last < EXACT_LIMIT {
+        last >> UNIT_SHIFT
+    } else if size == 0 {
+        0
     } else {
-        (EXACT_CLASSES + ((size - EXACT_LIMIT - 1) >> COARSE_SHIFT)).min(CLASSES - 1)
+        (EXACT_CLASSES + ((last - EXACT_LIMIT) >> COARSE_SHIFT)).min(CLASSES - 1)
     }
 }
 
@@ -473,12 +477,12 @@ impl FreeIndex {
                 }
             }
         }
-        self.insert_slow(k)
+        self.insert_slow(&k)
     }
 
     #[cold]
     #[inline(never)]
-    fn insert_slow(&mut self, k: SizeKey) -> bool {
+    fn insert_slow(&mut self, k: &SizeKey) -> bool {
         let id = k.id.0 as usize;
         if id >= self.nodes.0.len() {
             let len = (id + 1).next_power_of_two().max(INITIAL_NODES);
@@ -492,7 +496,7 @@ impl FreeIndex {
         if c >= f.heads.len() {
             f.grow_heads(c);
         }
-        link(&mut self.nodes, f, c, &k);
+        link(&mut self.nodes, f, c, k);
         self.len += 1;
         true
     }
