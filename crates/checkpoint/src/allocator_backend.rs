@@ -20,12 +20,16 @@
 
 use c10_cuda::config::AllocatorConfig;
 use c10_cuda::device::{DevicePtr, StreamId};
+use c10_cuda::segment_view::BlockState;
 use c10_cuda::sizes::round_size;
-use c10_cuda::{DeviceCachingAllocator, MallocOutcome, Miss, Placement, RoomOptions, SimDevice};
+use c10_cuda::{
+    DeviceCachingAllocator, MallocOutcome, Miss, Placement, RoomKind, RoomOptions, SimDevice,
+};
 
-use crate::backend::{AllocOutcome, AllocRequest, Backend, RunRequest};
+use crate::backend::{AllocOutcome, AllocRequest, Backend, Moved, RunRequest};
 use crate::error::BoxError;
 use crate::graph::StorageId;
+use crate::move_plan::{self, Block, Segment, Slot};
 
 /// What the allocator saw during a run. Bytes throughout.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -76,6 +80,8 @@ struct DeviceBudget {
     log_density_sum: f64,
     densities: u64,
     last_miss: Option<Miss>,
+    /// The kind of the last plan [`Backend::plan_room`] returned (what its victims vacate).
+    last_plan: Option<RoomKind>,
     scratch: Option<DevicePtr>,
 }
 
@@ -127,6 +133,7 @@ impl AllocatorBackend {
                 log_density_sum: 0.0,
                 densities: 0,
                 last_miss: None,
+                last_plan: None,
                 scratch: None,
             }),
         })
@@ -228,6 +235,88 @@ impl AllocatorBackend {
         }
     }
 
+    /// The allocator's segments and blocks for [`move_plan`]: an allocated block is movable
+    /// when it holds storage `s` (its tag, and the storage's address) and `movable(s)`.
+    fn layout(&self, movable: &dyn Fn(StorageId) -> bool) -> (Vec<Segment>, Vec<Block>) {
+        let mut segs = Vec::new();
+        let mut blocks = Vec::new();
+        for seg in self.alloc.segments() {
+            let first = blocks.len();
+            for b in seg.blocks() {
+                let slot = match (b.state, b.tag) {
+                    (BlockState::Free, _) => Slot::Free,
+                    (BlockState::Allocated, Some(tag)) => match u32::try_from(tag) {
+                        Ok(t)
+                            if self.ptrs.get(t as usize) == Some(&b.ptr)
+                                && movable(StorageId(t)) =>
+                        {
+                            Slot::Movable {
+                                tag,
+                                requested: b.requested,
+                            }
+                        }
+                        _ => Slot::Fixed,
+                    },
+                    _ => Slot::Fixed,
+                };
+                blocks.push(Block {
+                    ptr: b.ptr,
+                    size: b.size,
+                    slot,
+                });
+            }
+            if blocks.len() > first {
+                segs.push(Segment {
+                    pool: seg.pool,
+                    stream: seg.stream,
+                    expandable: seg.expandable,
+                    first,
+                    end: blocks.len(),
+                });
+            }
+        }
+        (segs, blocks)
+    }
+
+    /// Makes the copies of `plan` (every copy first, while the originals still hold the
+    /// vacated addresses, then the frees). Returns false, with nothing changed, when the
+    /// allocator put a copy elsewhere than replayed (in a vacated range, or nowhere).
+    fn execute(&mut self, plan: &move_plan::MovePlan) -> Result<bool, BoxError> {
+        let mut copies: Vec<DevicePtr> = Vec::with_capacity(plan.moves.len());
+        let mut ok = true;
+        for m in &plan.moves {
+            match self
+                .alloc
+                .try_malloc_placed(m.requested, StreamId::DEFAULT, Placement::Low)?
+            {
+                MallocOutcome::Allocated(a) => {
+                    self.note_malloc();
+                    copies.push(a.ptr);
+                    if plan.inside(a.ptr) {
+                        ok = false;
+                        break;
+                    }
+                }
+                MallocOutcome::Miss(_) => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if !ok {
+            for p in copies {
+                self.alloc.free(p)?;
+            }
+            return Ok(false);
+        }
+        for (m, &to) in plan.moves.iter().zip(&copies) {
+            self.alloc.set_block_tag(to, m.tag)?;
+            self.alloc.free(m.from)?;
+            self.ptrs[m.tag as usize] = to;
+        }
+        Ok(true)
+    }
+
     fn slot(&mut self, storage: StorageId) -> &mut DevicePtr {
         let i = storage.index();
         if self.ptrs.len() <= i {
@@ -314,12 +403,83 @@ impl Backend for AllocatorBackend {
         let plan = self.alloc.plan_room(&miss, options, |tag| {
             u32::try_from(tag).ok().and_then(|t| cost(StorageId(t)))
         });
+        if let Some(d) = &mut self.device {
+            d.last_plan = plan.as_ref().map(|p| p.kind);
+        }
         Ok(match plan {
             Some(p) => {
                 out.extend(p.tags.iter().map(|&t| StorageId(t as u32)));
                 p.scanned as u64
             }
             None => 0,
+        })
+    }
+
+    fn make_room_by_moving(
+        &mut self,
+        movable: &dyn Fn(StorageId) -> bool,
+    ) -> Result<Option<Moved>, BoxError> {
+        let Some(miss) = self.device.as_ref().and_then(|d| d.last_miss) else {
+            return Ok(None);
+        };
+        let (segs, blocks) = self.layout(movable);
+        let Some(plan) = move_plan::plan(&segs, &blocks, &miss, self.alloc.config()) else {
+            return Ok(None);
+        };
+        Ok(self.execute(&plan)?.then_some(Moved {
+            blocks: plan.moves.len() as u64,
+            bytes: plan.bytes,
+            scanned: plan.scanned as u64,
+        }))
+    }
+
+    fn move_out(
+        &mut self,
+        victims: &mut Vec<StorageId>,
+        worth: &dyn Fn(StorageId) -> bool,
+    ) -> Result<Moved, BoxError> {
+        let Some(kind) = self.device.as_ref().and_then(|d| d.last_plan) else {
+            return Ok(Moved::default());
+        };
+        let want: Vec<u64> = victims
+            .iter()
+            .filter(|&&v| worth(v))
+            .map(|v| u64::from(v.0))
+            .collect();
+        if want.is_empty() {
+            return Ok(Moved::default());
+        }
+        // Every victim counts as movable for the layout (the segments a release plan vacates
+        // are those of all its victims); only those in `want` are moved.
+        let (segs, blocks) = self.layout(&|s| victims.contains(&s));
+        // What the plan vacates: its window, or every segment holding one of its victims.
+        let vacated = match kind {
+            RoomKind::Window { start, span, .. } => vec![(start, start + span as u64)],
+            RoomKind::Release { .. } | RoomKind::Pages { .. } => segs
+                .iter()
+                .filter(|sg| {
+                    blocks[sg.first..sg.end]
+                        .iter()
+                        .any(|b| matches!(b.slot, Slot::Movable { .. }))
+                })
+                .map(|sg| {
+                    let last = &blocks[sg.end - 1];
+                    (blocks[sg.first].ptr, last.ptr + last.size as u64)
+                })
+                .collect(),
+        };
+        let plan = move_plan::movable_victims(&segs, &blocks, &want, vacated, self.alloc.config());
+        if plan.moves.is_empty() || !self.execute(&plan)? {
+            return Ok(Moved {
+                scanned: plan.scanned as u64,
+                ..Moved::default()
+            });
+        }
+        victims.retain(|v| !plan.moves.iter().any(|m| m.tag == u64::from(v.0)));
+        Ok(Moved {
+            blocks: plan.moves.len() as u64,
+            bytes: plan.bytes,
+            scanned: plan.scanned as u64,
         })
     }
 

@@ -54,6 +54,17 @@ pub enum AllocOutcome {
     Miss,
 }
 
+/// What [`Backend::make_room_by_moving`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Moved {
+    /// Blocks copied.
+    pub blocks: u64,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Allocator blocks looked at.
+    pub scanned: u64,
+}
+
 /// What a driver provides to the runtime core. Errors are boxed into
 /// [`crate::Error::Backend`].
 pub trait Backend {
@@ -126,6 +137,38 @@ pub trait Backend {
     ) -> Result<u64, BoxError> {
         let _ = (cost, byte_credit, out);
         Ok(0)
+    }
+
+    /// After a miss: copies live blocks elsewhere so that the freed addresses let the missed
+    /// request through (`move_plan.rs`), instead of evicting. `movable(s)` says whether
+    /// storage `s`'s block may move. Returns `None` when no such plan exists or the backend
+    /// cannot move; otherwise the moves are done (each storage holds its new block) and the
+    /// result says how many blocks and bytes were copied and how many blocks were looked at.
+    ///
+    /// # Errors
+    /// Whatever the backend's allocation or free can fail with.
+    fn make_room_by_moving(
+        &mut self,
+        movable: &dyn Fn(StorageId) -> bool,
+    ) -> Result<Option<Moved>, BoxError> {
+        let _ = movable;
+        Ok(None)
+    }
+
+    /// After [`Backend::plan_room`]: copies those of the plan's `victims` for which
+    /// `worth(s)` holds elsewhere, outside what the plan vacates, where the allocator's best
+    /// fit can put them (`move_plan.rs`), and removes them from `victims` (the others are
+    /// to be evicted). The default moves nothing.
+    ///
+    /// # Errors
+    /// Whatever the backend's allocation or free can fail with.
+    fn move_out(
+        &mut self,
+        victims: &mut Vec<StorageId>,
+        worth: &dyn Fn(StorageId) -> bool,
+    ) -> Result<Moved, BoxError> {
+        let _ = (victims, worth);
+        Ok(Moved::default())
     }
 
     /// Hands `from`'s bytes to `to` without copying (an in-place update that keeps the

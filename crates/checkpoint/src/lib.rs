@@ -22,7 +22,8 @@
 //! A device-memory budget ([`device_budget`]) makes the budget a device's capacity instead:
 //! nothing is counted, storages are allocated with the caching allocator's `try_malloc`, and a
 //! miss makes the core evict ([`Strategy`]: the heuristic's choice, or the allocator's cheapest
-//! window over blocks tagged with their storages, Coop's sliding window), simulated
+//! window over blocks tagged with their storages, Coop's sliding window, optionally copying
+//! live blocks out of the way instead of evicting them), simulated
 //! ([`AllocatorBackend::on_device`]) and live ([`live::LiveConfig::device_budget`]).
 //!
 //! ```
@@ -60,6 +61,7 @@ pub mod live_backend;
 pub mod live_ops;
 pub mod log;
 pub mod log_writer;
+mod move_plan;
 pub mod profile;
 pub mod runtime;
 pub mod sim;
@@ -67,7 +69,7 @@ pub mod sweep;
 pub mod union_find;
 
 pub use allocator_backend::{AllocatorBackend, AllocatorReport};
-pub use backend::{AllocOutcome, AllocRequest, Backend, NullBackend, RunRequest};
+pub use backend::{AllocOutcome, AllocRequest, Backend, Moved, NullBackend, RunRequest};
 pub use budget::budget_for_ratio;
 pub use device_budget::Strategy;
 pub use error::{BoxError, Error, Result};

@@ -33,4 +33,12 @@ pub struct Profile {
     pub scanned_blocks: u64,
     /// In-place updates that kept their storage's address (device-memory budget).
     pub in_place: u64,
+    /// Live blocks copied elsewhere to make room instead of evicting (device-memory budget,
+    /// the moving strategies).
+    pub moves: u64,
+    /// Bytes those copies moved.
+    pub moved_bytes: u64,
+    /// Time charged for the copies, ns (on the clock, and counted with the
+    /// rematerialization compute against the thrashing limit).
+    pub move_ns: u64,
 }

@@ -228,6 +228,9 @@ pub struct Runtime<B: Backend> {
     /// Window costs by storage index during a plan (NaN: not evictable).
     pub(crate) room_costs: Vec<f64>,
     pub(crate) room_victims: Vec<StorageId>,
+    /// Move plans made for the allocation being served (the moving strategies try a few,
+    /// then evict).
+    pub(crate) room_moves: u32,
     /// In-place updates being run: (new storage, old storage whose bytes it takes).
     in_place: Vec<(StorageId, StorageId)>,
 }
@@ -267,6 +270,7 @@ impl<B: Backend> Runtime<B> {
             scratch_roots: Vec::new(),
             room_costs: Vec::new(),
             room_victims: Vec::new(),
+            room_moves: 0,
             in_place: Vec::new(),
         }
     }
@@ -869,9 +873,12 @@ impl<B: Backend> Runtime<B> {
             }
         }
         if let Some(limit) = self.config.remat_limit_ns {
-            if self.profile.remat_compute_ns > limit {
+            // Copies made to make room count with the rematerializations (0 but for the
+            // moving device-budget strategies).
+            let overhead = self.profile.remat_compute_ns + self.profile.move_ns;
+            if overhead > limit {
                 return Err(Error::Thrashing {
-                    remat_ns: self.profile.remat_compute_ns,
+                    remat_ns: overhead,
                     limit_ns: limit,
                 });
             }

@@ -7,8 +7,8 @@
 //! - the hard budget on every shared log: reserved bytes never pass the device's capacity, for
 //!   every strategy at ratios 0.1 .. 1.0 on PyTorch's default allocator, and for `window` with
 //!   expandable segments, Coop's partition and in-place updates (CI, debug build, about 40 s);
-//!   on every log of the recorded corpus at two budgets; `window-deficit` on the hand-built
-//!   segment;
+//!   on every log of the recorded corpus at two budgets; `window-deficit` and `window-move`
+//!   (a fragmentation miss answered by one copy) on the hand-built segment;
 //! - `#[ignore]`d, run by `cargo xtask soak` in release: the full grid (every strategy and
 //!   layout at ratios 0.05 .. 1.0) and the figures for `window` on the default
 //!   allocator: per log the smallest budget completing with overhead <= 1.5 within 0.05 of the
@@ -108,6 +108,49 @@ fn deficit_first_evicts_as_the_blind_run_then_makes_a_window() {
     assert_eq!(evicted, [0, 1, 2, 4]);
     assert_eq!((rt.profile().evictions, rt.profile().misses), (4, 2));
     assert!(rt.backend().report().peak_reserved_bytes <= 22 * MIB);
+}
+
+#[test]
+fn a_fragmentation_miss_moves_one_tensor_instead_of_evicting() {
+    // t1, t4 and t7 are released (eager eviction frees their blocks): 6 MiB free in three
+    // separate 2 MiB holes, and a 4 MiB request fits the bytes but no block. Moving a
+    // neighbour of a hole elsewhere merges two blocks: the copy goes where best fit puts it,
+    // the lowest 2 MiB hole (t1's), so the windows t0+t1 and t1+t2 do not work (their copy
+    // would land inside them) and t3+t4 does: t3 moves to t1's address. No eviction, one copy
+    // of 2 MiB charged on the clock (launch 1000 ns + 4 MiB read and written at 650 B/ns).
+    let (mut rt, ts) = full_device(Strategy::WindowMove);
+    for i in [1, 4, 7] {
+        rt.release(ts[i]).unwrap();
+    }
+    let before = rt.clock();
+    rt.compute(OpSpec {
+        cost: 10,
+        args: &[checkpoint::TensorId(0)],
+        outputs: &[OutputSpec::fresh(4 * MIB)],
+    })
+    .unwrap();
+    let p = *rt.profile();
+    assert_eq!(
+        (p.evictions, p.misses, p.moves, p.moved_bytes),
+        (0, 1, 1, 2 * MIB)
+    );
+    assert_eq!(p.move_ns, 1000 + (4 * MIB).div_ceil(650));
+    assert_eq!(rt.clock() - before, 10 + p.move_ns);
+    let defined: Vec<usize> = (0..10).filter(|&i| rt.is_defined(ts[i]).unwrap()).collect();
+    assert_eq!(defined, [0, 2, 3, 5, 6, 8, 9]);
+    assert!(rt.backend().report().peak_reserved_bytes <= 22 * MIB);
+    // The window strategy evicts for the same miss.
+    let (mut rt, ts) = full_device(Strategy::Window);
+    for i in [1, 4, 7] {
+        rt.release(ts[i]).unwrap();
+    }
+    rt.compute(OpSpec {
+        cost: 10,
+        args: &[checkpoint::TensorId(0)],
+        outputs: &[OutputSpec::fresh(4 * MIB)],
+    })
+    .unwrap();
+    assert_eq!((rt.profile().evictions, rt.profile().moves), (1, 0));
 }
 
 #[test]
@@ -244,15 +287,15 @@ fn reserved_never_passes_the_device_on_every_shared_log_default_allocator() {
 
 #[test]
 fn reserved_never_passes_the_device_on_the_recorded_corpus() {
-    // Every corpus log (committed, never skipped) with `window` and `window-deficit` at two
-    // budgets each, the second strategy at the other (CI time: debug build).
+    // Every corpus log (committed, never skipped) with `window`, `window-deficit` or
+    // `window-move-all` in turn, at two budgets each (CI time: debug build).
     for (k, (name, path)) in support::corpus_logs().iter().enumerate() {
         let lg = log::parse_file(path).unwrap();
-        let strategy = if k % 2 == 0 {
-            Strategy::Window
-        } else {
-            Strategy::WindowDeficit
-        };
+        let strategy = [
+            Strategy::Window,
+            Strategy::WindowDeficit,
+            Strategy::WindowMoveAll,
+        ][k % 3];
         let options = SweepOptions {
             ratios: vec![0.4, 0.8],
             ..device_options(&[strategy], "", false, false)

@@ -1,0 +1,494 @@
+//! Making room for a missed request by moving live blocks instead of evicting them: which
+//! allocated blocks to copy elsewhere so that the freed addresses let the request through
+//! (compaction, issue 28's "move a live tensor instead of recomputing").
+//!
+//! Under a device budget most misses of the window strategies come with enough free bytes in
+//! the allocator's cached blocks, only not in one piece: the storages' bytes fit the device,
+//! their blocks do not. Evicting then throws away work that must be recomputed; a device copy
+//! of the blocks in the way costs their bytes read and written once. A plan is one of:
+//! - **window**: a contiguous run of free and movable blocks inside one segment of the
+//!   request's pool and stream whose span covers the rounded request; every movable block in
+//!   it moves out, and once they are freed the run merges into one free block;
+//! - **release** (not under expandable segments): whole segments, every block free or
+//!   movable, emptied so that the allocator's retry gives them back to the device and the
+//!   device can give the request its new segment.
+//!
+//! The moves must land outside what is vacated. The plan replays the allocator's best fit
+//! (smallest free block of the pool and stream that holds the rounded size, lowest address on
+//! ties, PyTorch's oversize rules, `should_split`, the low end of a split block) over the free
+//! blocks as they are now, the largest moved block first, and is dropped as soon as a copy's
+//! best fit lies inside the vacated addresses or nothing holds it. Windows are ranked by the
+//! bytes they move (a copy's time is its bytes); the cheapest few are replayed. The owner
+//! checks each copy's address when it makes them and the request by retrying `try_malloc`.
+
+use c10_cuda::config::AllocatorConfig;
+use c10_cuda::device::{DevicePtr, StreamId};
+use c10_cuda::segment_view::Pool;
+use c10_cuda::sizes::{get_allocation_size, round_size, should_split};
+use c10_cuda::try_malloc::Miss;
+
+/// What a block is to the planner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// Free (cached).
+    Free,
+    /// Allocated and movable: its tag and the bytes its owner asked for.
+    Movable {
+        /// The block's tag (the storage).
+        tag: u64,
+        /// Bytes of the copy to allocate.
+        requested: usize,
+    },
+    /// Anything that cannot move (untagged, pinned by the owner, pending, unmapped).
+    Fixed,
+}
+
+/// One block of a segment, in address order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Block {
+    /// Its address.
+    pub ptr: DevicePtr,
+    /// Its bytes.
+    pub size: usize,
+    /// What it is.
+    pub slot: Slot,
+}
+
+/// One segment: its blocks are `blocks[first..end]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Segment {
+    /// Its pool.
+    pub pool: Pool,
+    /// Its stream.
+    pub stream: StreamId,
+    /// Whether it is an expandable segment.
+    pub expandable: bool,
+    /// Index of its first block.
+    pub first: usize,
+    /// One past its last block.
+    pub end: usize,
+}
+
+/// One block to copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Move {
+    /// The block's tag.
+    pub tag: u64,
+    /// Its address now.
+    pub from: DevicePtr,
+    /// Bytes of the copy to allocate.
+    pub requested: usize,
+    /// Where the allocator's best fit is expected to put the copy.
+    pub to: DevicePtr,
+}
+
+/// A plan: the copies, in the order to allocate them, and the address ranges they vacate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MovePlan {
+    /// The copies, largest first.
+    pub moves: Vec<Move>,
+    /// Vacated `[start, end)` address ranges: a copy must not land in one.
+    pub vacated: Vec<(DevicePtr, DevicePtr)>,
+    /// Bytes copied (the sum of `requested`).
+    pub bytes: u64,
+    /// Blocks looked at.
+    pub scanned: usize,
+}
+
+impl MovePlan {
+    /// Whether `ptr` lies in a vacated range.
+    pub fn inside(&self, ptr: DevicePtr) -> bool {
+        self.vacated.iter().any(|&(a, b)| ptr >= a && ptr < b)
+    }
+}
+
+/// How many of the cheapest windows are replayed before giving up on windows.
+const WINDOWS_TRIED: usize = 8;
+
+/// The cheapest move plan for `miss` over `segs` and `blocks`, or `None`.
+pub(crate) fn plan(
+    segs: &[Segment],
+    blocks: &[Block],
+    miss: &Miss,
+    config: &AllocatorConfig,
+) -> Option<MovePlan> {
+    let req = miss.request;
+    // Windows: (bytes moved, first block, one past the last).
+    let mut windows: Vec<(usize, usize, usize)> = Vec::new();
+    for s in segs
+        .iter()
+        .filter(|s| s.pool == req.pool && s.stream == req.stream)
+    {
+        let run = &blocks[s.first..s.end];
+        let (mut left, mut span, mut moved) = (0usize, 0usize, 0usize);
+        for (j, b) in run.iter().enumerate() {
+            if b.slot == Slot::Fixed {
+                (left, span, moved) = (j + 1, 0, 0);
+                continue;
+            }
+            span += b.size;
+            moved += movable_bytes(b);
+            while left < j && span - run[left].size >= req.size {
+                span -= run[left].size;
+                moved -= movable_bytes(&run[left]);
+                left += 1;
+            }
+            if span >= req.size && moved > 0 {
+                windows.push((moved, s.first + left, s.first + j + 1));
+            }
+        }
+    }
+    windows.sort_unstable();
+    for &(_, lo, hi) in windows.iter().take(WINDOWS_TRIED) {
+        let vacated = vec![(
+            blocks[lo].ptr,
+            blocks[hi - 1].ptr + blocks[hi - 1].size as u64,
+        )];
+        if let Some(p) = replay(segs, blocks, &[(lo, hi)], vacated, config) {
+            return Some(p);
+        }
+    }
+    if config.expandable_segments {
+        return None;
+    }
+    // Release: whole segments emptied, fewest bytes moved first, until the device can give
+    // the request's segment.
+    let need = get_allocation_size(req.size).saturating_sub(miss.device_free);
+    if need == 0 {
+        return None;
+    }
+    let mut whole: Vec<(usize, usize)> = segs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| {
+            !s.expandable
+                && blocks[s.first..s.end].iter().all(|b| b.slot != Slot::Fixed)
+                && blocks[s.first..s.end].iter().any(|b| movable_bytes(b) > 0)
+        })
+        .map(|(k, s)| (blocks[s.first..s.end].iter().map(movable_bytes).sum(), k))
+        .collect();
+    whole.sort_unstable();
+    let mut gives = 0usize;
+    let mut ranges = Vec::new();
+    let mut vacated = Vec::new();
+    for &(_, k) in &whole {
+        if gives >= need {
+            break;
+        }
+        let s = &segs[k];
+        let size: usize = blocks[s.first..s.end].iter().map(|b| b.size).sum();
+        gives += size;
+        ranges.push((s.first, s.end));
+        vacated.push((blocks[s.first].ptr, blocks[s.first].ptr + size as u64));
+    }
+    if gives < need {
+        return None;
+    }
+    replay(segs, blocks, &ranges, vacated, config)
+}
+
+fn movable_bytes(b: &Block) -> usize {
+    match b.slot {
+        Slot::Movable { .. } => b.size,
+        _ => 0,
+    }
+}
+
+/// Replays the allocator's best fit for the copies of the movable blocks in `ranges` (block
+/// index ranges), the largest first; `None` when one lands in `vacated` or finds no block.
+fn replay(
+    segs: &[Segment],
+    blocks: &[Block],
+    ranges: &[(usize, usize)],
+    vacated: Vec<(DevicePtr, DevicePtr)>,
+    config: &AllocatorConfig,
+) -> Option<MovePlan> {
+    let movers: Vec<Move> = ranges
+        .iter()
+        .flat_map(|&(lo, hi)| blocks[lo..hi].iter())
+        .filter_map(|b| match b.slot {
+            Slot::Movable { tag, requested } => Some(Move {
+                tag,
+                from: b.ptr,
+                requested,
+                to: 0,
+            }),
+            _ => None,
+        })
+        .collect();
+    fit(segs, blocks, movers, vacated, config, true)
+}
+
+/// The copies of `victims` (tags, each of a movable block) that can land outside `vacated`,
+/// the largest first; the others are left out of the plan (the owner evicts them).
+pub(crate) fn movable_victims(
+    segs: &[Segment],
+    blocks: &[Block],
+    victims: &[u64],
+    vacated: Vec<(DevicePtr, DevicePtr)>,
+    config: &AllocatorConfig,
+) -> MovePlan {
+    let movers: Vec<Move> = blocks
+        .iter()
+        .filter_map(|b| match b.slot {
+            Slot::Movable { tag, requested } if victims.contains(&tag) => Some(Move {
+                tag,
+                from: b.ptr,
+                requested,
+                to: 0,
+            }),
+            _ => None,
+        })
+        .collect();
+    fit(segs, blocks, movers, vacated, config, false).unwrap_or(MovePlan {
+        moves: Vec::new(),
+        vacated: Vec::new(),
+        bytes: 0,
+        scanned: blocks.len(),
+    })
+}
+
+/// The best-fit replay of `moves` (largest first). `strict`: `None` as soon as one copy
+/// lands in `vacated` or finds no block; otherwise such a copy is left out.
+fn fit(
+    segs: &[Segment],
+    blocks: &[Block],
+    mut moves: Vec<Move>,
+    vacated: Vec<(DevicePtr, DevicePtr)>,
+    config: &AllocatorConfig,
+    strict: bool,
+) -> Option<MovePlan> {
+    moves.sort_by(|a, b| b.requested.cmp(&a.requested).then(a.from.cmp(&b.from)));
+    // The free blocks of every (pool, stream): (pool, stream, size, address).
+    let mut free: Vec<(Pool, StreamId, usize, DevicePtr)> = Vec::new();
+    for s in segs {
+        for b in &blocks[s.first..s.end] {
+            if b.slot == Slot::Free {
+                free.push((s.pool, s.stream, b.size, b.ptr));
+            }
+        }
+    }
+    let seg_of = |ptr: DevicePtr| -> Option<&Segment> {
+        segs.iter().find(|s| {
+            let a = blocks[s.first].ptr;
+            let e = blocks[s.end - 1].ptr + blocks[s.end - 1].size as u64;
+            ptr >= a && ptr < e
+        })
+    };
+    let inside = |ptr: DevicePtr| vacated.iter().any(|&(a, b)| ptr >= a && ptr < b);
+    let max_split = config.max_split_size_or_max();
+    let mut bytes = 0u64;
+    let mut kept = Vec::with_capacity(moves.len());
+    for mut m in moves {
+        let Some(seg) = seg_of(m.from) else {
+            if strict {
+                return None;
+            }
+            continue;
+        };
+        let (pool, stream) = (seg.pool, seg.stream);
+        let size = round_size(m.requested, config);
+        let best = free
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.0 == pool && f.1 == stream && f.2 >= size)
+            .min_by_key(|(_, f)| (f.2, f.3))
+            .map(|(k, _)| k);
+        // PyTorch's get_free_block refuses an oversize block for a small request and a
+        // request far smaller than an oversize block.
+        let usable = best.filter(|&k| {
+            let (_, _, fsize, fptr) = free[k];
+            !((size < max_split && fsize >= max_split)
+                || (size >= max_split
+                    && fsize >= size.saturating_add(config.max_non_split_rounding))
+                || inside(fptr))
+        });
+        let Some(k) = usable else {
+            if strict {
+                return None;
+            }
+            continue;
+        };
+        let (_, _, fsize, fptr) = free[k];
+        m.to = fptr;
+        bytes += m.requested as u64;
+        if should_split(fsize, size, pool == Pool::Small, config) {
+            free[k] = (pool, stream, fsize - size, fptr + size as u64);
+        } else {
+            free.swap_remove(k);
+        }
+        kept.push(m);
+    }
+    Some(MovePlan {
+        moves: kept,
+        vacated,
+        bytes,
+        scanned: blocks.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use c10_cuda::try_malloc::Request;
+
+    const MB: usize = 1 << 20;
+
+    fn miss(size: usize, device_free: usize) -> Miss {
+        Miss {
+            request: Request {
+                requested: size,
+                size,
+                alloc_size: get_allocation_size(size),
+                pool: Pool::Large,
+                stream: StreamId::DEFAULT,
+            },
+            device_free,
+            reserved: 0,
+            allocated: 0,
+        }
+    }
+
+    /// Segments from (base, blocks as (MiB, slot)).
+    fn layout(segs: &[(u64, &[(usize, Slot)])]) -> (Vec<Segment>, Vec<Block>) {
+        let mut out = Vec::new();
+        let mut blocks = Vec::new();
+        for &(base, bs) in segs {
+            let first = blocks.len();
+            let mut ptr = base;
+            for &(mb, slot) in bs {
+                blocks.push(Block {
+                    ptr,
+                    size: mb * MB,
+                    slot,
+                });
+                ptr += (mb * MB) as u64;
+            }
+            out.push(Segment {
+                pool: Pool::Large,
+                stream: StreamId::DEFAULT,
+                expandable: false,
+                first,
+                end: blocks.len(),
+            });
+        }
+        (out, blocks)
+    }
+
+    fn mv(tag: u64, mb: usize) -> Slot {
+        Slot::Movable {
+            tag,
+            requested: mb * MB,
+        }
+    }
+
+    #[test]
+    fn moves_the_cheapest_block_out_of_the_way() {
+        // Segment A: [free 12][live 4 (tag 1)][free 12]; segment B: [live 20 (tag 2)][free 6].
+        // A 24 MiB request fits once tag 1 moves to B's free 6 MiB.
+        let base_b = 1u64 << 32;
+        let (segs, blocks) = layout(&[
+            (0, &[(12, Slot::Free), (4, mv(1, 4)), (12, Slot::Free)]),
+            (base_b, &[(20, mv(2, 20)), (6, Slot::Free)]),
+        ]);
+        let p = plan(
+            &segs,
+            &blocks,
+            &miss(24 * MB, 0),
+            &AllocatorConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(p.moves.len(), 1);
+        assert_eq!(p.moves[0].tag, 1);
+        assert_eq!(p.moves[0].to, base_b + (20 * MB) as u64);
+        assert_eq!(p.bytes, (4 * MB) as u64);
+        assert!(p.inside(0) && !p.inside(base_b));
+    }
+
+    #[test]
+    fn no_plan_when_the_copy_would_land_in_the_window() {
+        // The only free block that holds the 4 MiB copy is inside the window.
+        let (segs, blocks) = layout(&[(
+            0,
+            &[
+                (12, Slot::Free),
+                (4, mv(1, 4)),
+                (12, Slot::Free),
+                (8, Slot::Fixed),
+            ],
+        )]);
+        assert_eq!(
+            plan(
+                &segs,
+                &blocks,
+                &miss(24 * MB, 0),
+                &AllocatorConfig::default()
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn fixed_blocks_bar_a_window() {
+        let base_b = 1u64 << 32;
+        let (segs, blocks) = layout(&[
+            (0, &[(12, Slot::Free), (4, Slot::Fixed), (12, Slot::Free)]),
+            (base_b, &[(20, mv(2, 20)), (6, Slot::Free)]),
+        ]);
+        // No window of 24 MiB without the fixed block; segment A cannot be released, and
+        // emptying B needs 20 MiB of free blocks outside it, which A's 12 MiB blocks are not.
+        assert_eq!(
+            plan(
+                &segs,
+                &blocks,
+                &miss(24 * MB, 0),
+                &AllocatorConfig::default()
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn victims_that_cannot_land_outside_stay_victims() {
+        // A window over tags 1 (4 MiB) and 3 (8 MiB); only a 6 MiB free block lies outside:
+        // tag 1 moves there (the window's own 2 MiB free block is too small to be its best fit),
+        // tag 3 fits nowhere and stays to be evicted.
+        let base_b = 1u64 << 32;
+        let (segs, blocks) = layout(&[
+            (0, &[(4, mv(1, 4)), (8, mv(3, 8)), (2, Slot::Free)]),
+            (base_b, &[(20, mv(2, 20)), (6, Slot::Free)]),
+        ]);
+        let p = movable_victims(
+            &segs,
+            &blocks,
+            &[1, 3],
+            vec![(0, (14 * MB) as u64)],
+            &AllocatorConfig::default(),
+        );
+        assert_eq!(p.moves.len(), 1);
+        assert_eq!(p.moves[0].tag, 1);
+        assert_eq!(p.moves[0].to, base_b + (20 * MB) as u64);
+    }
+
+    #[test]
+    fn releases_a_segment_when_no_window_spans_the_request() {
+        // Segments of 22 and 20 MiB, 10 MiB live in each; a 32 MiB request needs a new
+        // segment, and the device has 20 MiB free: emptying the first (its 10 MiB go to the
+        // second's free 10 MiB, the best fit; its own 12 MiB free block is larger) gives 42.
+        let base_b = 1u64 << 32;
+        let (segs, blocks) = layout(&[
+            (0, &[(10, mv(1, 10)), (12, Slot::Free)]),
+            (base_b, &[(10, mv(2, 10)), (10, Slot::Free)]),
+        ]);
+        let p = plan(
+            &segs,
+            &blocks,
+            &miss(32 * MB, 20 * MB),
+            &AllocatorConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(p.moves.len(), 1);
+        assert_eq!(p.vacated, [(0, (22 * MB) as u64)]);
+        assert_eq!(p.moves[0].to, base_b + (10 * MB) as u64);
+    }
+}
