@@ -438,6 +438,9 @@ impl FreeIndex {
         }
     }
 
+    /// The index in `streams` of stream `s`, adding its list if it has none.
+    #[cold]
+    #[inline(never)]
     fn stream_index(&mut self, s: StreamId) -> usize {
         match self.streams.iter().position(|(id, _)| *id == s) {
             Some(i) => i,
@@ -462,43 +465,33 @@ impl FreeIndex {
     /// Inserts a key; false if its block is already in the index.
     #[inline(always)]
     pub(crate) fn insert(&mut self, k: SizeKey) -> bool {
-        // Fast path: the only stream, a node slot and a head slot that exist.
-        let id = k.id.0 as usize;
-        if id < self.nodes.0.len() {
-            if self.nodes.at(k.id.0).next != DEAD {
-                return false;
-            }
-            if let [(s, f)] = self.streams.as_mut_slice() {
-                let c = class_of(k.size);
-                if *s == k.stream && c < f.heads.len() {
-                    link(&mut self.nodes, f, c, &k);
-                    self.len += 1;
-                    return true;
-                }
-            }
-        }
-        self.insert_slow(&k)
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn insert_slow(&mut self, k: &SizeKey) -> bool {
-        let id = k.id.0 as usize;
-        if id >= self.nodes.0.len() {
-            let len = (id + 1).next_power_of_two().max(INITIAL_NODES);
-            self.nodes.0.resize(len, DEAD_NODE);
-        } else if self.nodes.at(k.id.0).next != DEAD {
+        let id = k.id.0;
+        if id as usize >= self.nodes.0.len() {
+            self.grow_nodes(id);
+        } else if self.nodes.at(id).next != DEAD {
             return false;
         }
-        let s = self.stream_index(k.stream);
+        // Usually the pool's only stream.
+        let s = match self.streams.as_slice() {
+            [(s, _)] if *s == k.stream => 0,
+            _ => self.stream_index(k.stream),
+        };
         let f = &mut self.streams[s].1;
         let c = class_of(k.size);
         if c >= f.heads.len() {
             f.grow_heads(c);
         }
-        link(&mut self.nodes, f, c, k);
+        link(&mut self.nodes, f, c, &k);
         self.len += 1;
         true
+    }
+
+    /// Grows the node table to cover block id `id`.
+    #[cold]
+    #[inline(never)]
+    fn grow_nodes(&mut self, id: u32) {
+        let len = (id as usize + 1).next_power_of_two().max(INITIAL_NODES);
+        self.nodes.0.resize(len, DEAD_NODE);
     }
 
     /// Removes a key; false if it was absent.
@@ -519,7 +512,7 @@ impl FreeIndex {
         let node = self.nodes.at(k.id.0);
         let (prev, next) = (node.prev, node.next);
         if prev == TREE {
-            self.remove_from_tree(k);
+            self.remove_from_tree(k.id.0);
             return;
         }
         if prev == NIL {
@@ -549,8 +542,8 @@ impl FreeIndex {
     /// [`Self::remove_present`] for a block of a long class.
     #[cold]
     #[inline(never)]
-    fn remove_from_tree(&mut self, k: &SizeKey) {
-        let id = k.id.0;
+    fn remove_from_tree(&mut self, id: u32) {
+        let k = self.nodes.0[id as usize];
         let c = class_of(k.size);
         let Some((_, f)) = self.streams.iter_mut().find(|(s, _)| *s == k.stream) else {
             unreachable!("a present key's stream has a list");
@@ -715,7 +708,8 @@ fn link(nodes: &mut Nodes, f: &mut StreamFree, c: usize, k: &SizeKey) {
         bitmap.set(c);
         (NIL, NIL)
     } else if nodes.at(*head).prev == TREE {
-        return link_tree(&mut nodes.0, head, trees, c, k);
+        write_node(nodes, k, TREE, TREE);
+        return link_tree(&mut nodes.0, head, trees, c, k.id.0);
     } else if nodes.at(*head).order() > order {
         let next = *head;
         *head = k.id.0;
@@ -734,7 +728,8 @@ fn link(nodes: &mut Nodes, f: &mut StreamFree, c: usize, k: &SizeKey) {
             steps += 1;
             if steps == LONG_CLASS {
                 to_tree(&mut nodes.0, *head, trees, c);
-                return link_tree(&mut nodes.0, head, trees, c, k);
+                write_node(nodes, k, TREE, TREE);
+                return link_tree(&mut nodes.0, head, trees, c, k.id.0);
             }
         }
         let next = nodes.at(at).next;
@@ -744,13 +739,19 @@ fn link(nodes: &mut Nodes, f: &mut StreamFree, c: usize, k: &SizeKey) {
         }
         (at, next)
     };
+    write_node(nodes, k, prev, next);
+}
+
+/// Stores block `k`'s node: its key and its links.
+#[inline(always)]
+fn write_node(nodes: &mut Nodes, k: &SizeKey, prev: u32, next: u32) {
     *nodes.at_mut(k.id.0) = Node {
+        prev,
+        next,
         ptr: k.ptr,
         size: k.size,
         rank: k.rank,
         stream: k.stream,
-        prev,
-        next,
     };
 }
 
@@ -770,7 +771,9 @@ fn to_tree(nodes: &mut [Node], head: u32, trees: &mut FxHashMap<u32, ClassTree>,
     trees.insert(c as u32, tree);
 }
 
-/// Links block `k` into the B-tree of class `c` (whose first block is `*head`).
+/// Links block `id` (whose node holds its key, marked [`TREE`]) into the B-tree of class `c`
+/// (whose first block is `*head`). Cold functions take the id, not the key, so that the hot
+/// paths keep the key in registers.
 #[cold]
 #[inline(never)]
 fn link_tree(
@@ -778,23 +781,16 @@ fn link_tree(
     head: &mut u32,
     trees: &mut FxHashMap<u32, ClassTree>,
     c: usize,
-    k: &SizeKey,
+    id: u32,
 ) {
     let Some(tree) = trees.get_mut(&(c as u32)) else {
         unreachable!("a tree node's class has a tree");
     };
-    tree.insert((k.size, k.rank, k.ptr, k.id.0));
-    if (k.size, k.rank, k.ptr) < nodes[*head as usize].order() {
-        *head = k.id.0;
+    let order = nodes[id as usize].order();
+    tree.insert((order.0, order.1, order.2, id));
+    if order < nodes[*head as usize].order() {
+        *head = id;
     }
-    nodes[k.id.0 as usize] = Node {
-        ptr: k.ptr,
-        size: k.size,
-        rank: k.rank,
-        stream: k.stream,
-        prev: TREE,
-        next: TREE,
-    };
 }
 
 /// A block yielded by the class walks.
