@@ -16,7 +16,9 @@
 //! `STRATEGIES=window,callback` narrows the strategies, `LAYOUTS=default,expandable` asks for
 //! the detailed tables (`LAYOUTS=all`: every layout); `STATUS=1` prints per log and ratio how
 //! each run ended (the overhead, or OOM/THRASH with the phase and the share of the log where
-//! it stopped, the misses, evictions and remats), to find why a strategy misses.
+//! it stopped, the misses, evictions and remats), to find why a strategy misses; `MAIN=NAME`
+//! gives that strategy (default `window`) the distance, worst-overhead, monotone and misses
+//! columns.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -164,6 +166,10 @@ fn main() {
         Err(_) => vec![Strategy::Callback, Strategy::Window],
     };
     let layouts = std::env::var("LAYOUTS").ok();
+    // The strategy whose distance, worst overhead, monotonicity and misses get columns.
+    let main_strategy: Strategy =
+        std::env::var("MAIN").map_or(Strategy::Window, |v| v.parse().expect("a strategy"));
+    let main_name = main_strategy.name();
     let ratios: Vec<f64> = (1..=20).map(|k| k as f64 * 0.05).collect();
     let plain = SweepOptions {
         ratios: ratios.clone(),
@@ -212,7 +218,7 @@ fn main() {
                 monotone: monotone_breaks(&ratios, &sw.runs).is_empty(),
                 ms,
             });
-            if strategy == Strategy::Window {
+            if strategy == main_strategy {
                 let o = overheads(&sw.runs);
                 window = Some((
                     smallest,
@@ -235,7 +241,7 @@ fn main() {
     );
     let names: Vec<&str> = strategies.iter().map(|s| s.name()).collect();
     println!(
-        "| half | log | blind | {} | window - blind | window worst / blind at >= 0.5 | window monotone | window sweep ms |",
+        "| half | log | blind | {} | {main_name} - blind | {main_name} worst / blind at >= 0.5 | {main_name} monotone | {main_name} sweep ms |",
         names.join(" | ")
     );
     println!(
@@ -339,7 +345,7 @@ fn main() {
             .collect();
         let n = summary.iter().filter(|s| s.1 == half).count();
         println!(
-            "{half} half: window misses a target (within 0.05 of blind, worst <= 1.10, monotone) on {} of {n} logs{}",
+            "{half} half: {main_name} misses a target (within 0.05 of blind, worst <= 1.10, monotone) on {} of {n} logs{}",
             m.len(),
             if m.is_empty() {
                 String::new()
