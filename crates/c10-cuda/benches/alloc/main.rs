@@ -37,30 +37,32 @@
 //! - at least 5x faster per pair than cubecl on every trace of 1,000+ allocations.
 //!
 //! # Measured
-//! 2026-12-02, `cargo xtask bench alloc --quick` on the development machine (2 x86-64 cores,
-//! quiet: load average below 1), ns per pair, best replay, cold (warm in brackets):
+//! 2026-12-05 07:11 UTC, `cargo xtask bench alloc --quick` on main a2efb6d, on a different (slower)
+//! 2-core x86-64 machine than 12-02's, quiet (load average 0.00 before, 0.57 after), ns per pair,
+//! best replay, cold (warm in brackets):
 //!
 //! | trace | allocs | ours | torch 2.7.1 | torch 2.15.0 | cubecl 0.10 |
 //! |---|---|---|---|---|---|
-//! | lm_small_forward_from_empty | 36 | 37.0 (33.6) | 196.7 (172.5) | 247.0 (231.4) | 109.6 (114.3) |
-//! | lm_small_forward_bf16 | 681 | 42.0 (42.4) | 190.6 (180.9) | 245.0 (253.4) | 118.8 (144.4) |
-//! | gpt2small_trainstep_steady | 1721 | 37.9 (37.1) | 232.5 (236.0) | 345.3 (362.9) | 258.2 (254.4) |
-//! | lm2.7b_ctx128_forward_fp32 | 2058 | 38.1 (42.9) | 209.5 (214.9) | 306.9 (334.9) | 681.5 (649.3) |
-//! | lm2.7b_ctx512_forward_bf16 | 2702 | 40.6 (55.5) | 228.4 (235.1) | 357.3 (407.5) | 710.8 (683.9) |
-//! | lm2.7b_ctx128_trainstep_fp32 | 6771 | 48.2 (55.2) | 294.9 (300.2) | 437.9 (458.4) | 795.7 (745.2) |
-//! | warm_pair_1MiB (warm) | 10000 | 45.2 | 161.8 | 226.6 | 157.5 |
+//! | lm_small_forward_from_empty | 36 | 67.9 (57.1) | 463.1 (395.8) | 579.4 (538.8) | 159.4 (154.2) |
+//! | lm_small_forward_bf16 | 681 | 67.4 (67.3) | 475.2 (485.7) | 622.2 (614.8) | 177.3 (177.4) |
+//! | gpt2small_trainstep_steady | 1721 | 64.0 (63.0) | 532.0 (528.0) | 730.4 (772.4) | 450.8 (441.5) |
+//! | lm2.7b_ctx128_forward_fp32 | 2058 | 72.8 (80.6) | 507.0 (491.1) | 656.0 (686.7) | 1276.0 (1215.0) |
+//! | lm2.7b_ctx512_forward_bf16 | 2702 | 77.3 (109.8) | 506.9 (504.6) | 712.6 (781.3) | 1348.9 (1308.4) |
+//! | lm2.7b_ctx128_trainstep_fp32 | 6771 | 93.2 (101.0) | 604.4 (592.9) | 844.7 (881.8) | 1341.3 (1339.7) |
+//! | warm_pair_512B (warm) | 10000 | 72.3 | 468.8 | 589.9 | 196.3 |
+//! | warm_pair_1MiB (warm) | 10000 | 72.7 | 488.5 | 582.1 | 200.3 |
 //!
-//! Ratios: 4.2x to 6.4x torch 2.7.1, 5.8x to 9.8x torch 2.15.0, 6.8x to 17.9x cubecl on the
-//! four traces of 1,000+ allocations; warm pair 44.6 to 47.3 ns in four runs (61 ns in one
-//! disturbed run). Met: the cubecl target and (except that run) the 50 ns warm pair; missed:
-//! the 10x torch targets. The ratio to PyTorch follows the instruction ratio: callgrind
-//! (`TENSORMEM_ALLOC_PROFILE=warm_pair_512B:warm:1`, 2 replays) counts 1,010 instructions per
-//! warm 512 B pair (1,080 before this round of work) against PyTorch's about 4,100: the free
-//! index about 290 (its three-level bitmap about 110), `allocator.rs` 150, stats 120, slice
-//! indexing and bounds checks about 160 (spread over every table), the block arena 85, the
-//! pointer map 51. The traces: 762 to 896 instructions per pair (809 to 962 before). 10x needs
-//! about 410; what is left is spread thin over the rules themselves (best fit, split, merge,
-//! nine stat arrays, the pointer map), so it needs a different data layout, not trimming.
+//! Ratios: cold 6.5x to 8.3x torch 2.7.1 and 8.5x to 11.4x torch 2.15.0, warm 4.6x to 8.4x and
+//! 7.1x to 12.3x; warm 512 B pair 6.5x and 8.2x (a run at 05:17 on the same code: 75.5 ns,
+//! 6.7x and 7.6x). PyTorch's figures on this machine are 2.0x to 2.4x those of 12-02, ours 1.7x to
+//! 1.9x, so the absolute ns are not comparable with 12-02's. Met: the cubecl target (worst 7.0x
+//! cold); missed: the 10x torch targets and the 50 ns warm pair. Callgrind
+//! (`TENSORMEM_ALLOC_PROFILE=warm_pair_512B:warm:1`) counts 775 instructions per warm 512 B pair
+//! on this code (commit d522443; 1,010 on 12-02) against PyTorch's about 4,100; by file: the free
+//! index 193, `allocator.rs` 123, stats 103, Vec pointer loads 50, the block arena 50, slice
+//! indexing 46, the pointer map 38, a 128-byte `Block` copy 32. 10x needs about 410: 64-byte hot
+//! blocks with cold fields in side tables (no whole-block copy), link-only free-index nodes,
+//! bounds-check-free arena access and pool-major stats are what is left (issue 30).
 //! On real traces the wall time also goes to mispredicted data-dependent branches (callgrind's
 //! branch simulation: about 6 per pair on the largest trace), which is why the branch-free peak
 //! maxima, the quarter-full pointer map and the longer class lists (see `free_index.rs`) were
