@@ -54,8 +54,9 @@
 //!
 //! Ratios: cold 6.5x to 8.3x torch 2.7.1 and 8.5x to 11.4x torch 2.15.0, warm 4.6x to 8.4x and
 //! 7.1x to 12.3x; warm 512 B pair 6.5x and 8.2x (a run at 05:17 on the same code: 75.5 ns,
-//! 6.7x and 7.6x). PyTorch's figures on this machine are 2.0x to 2.4x those of 12-02, ours 1.7x to
-//! 1.9x, so the absolute ns are not comparable with 12-02's. Met: the cubecl target (worst 7.0x
+//! 6.7x and 7.6x). PyTorch's cold-trace figures on this machine are 1.9x to 2.5x those of 12-02
+//! (its warm 1 MiB pair 3.0x), ours 1.6x to 1.9x, so the absolute ns are not comparable with
+//! 12-02's. Met: the cubecl target (worst 7.0x
 //! cold); missed: the 10x torch targets and the 50 ns warm pair. Callgrind
 //! (`TENSORMEM_ALLOC_PROFILE=warm_pair_512B:warm:1`) counts 775 instructions per warm 512 B pair
 //! on this code (commit d522443; 1,010 on 12-02) against PyTorch's about 4,100; by file: the free
