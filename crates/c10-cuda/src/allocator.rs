@@ -650,7 +650,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         };
         self.history
             .record(TraceAction::Alloc, ptr, p.orig_size as u64, p.stream);
-        self.blocks.allocated.insert(ptr, id);
+        self.blocks.allocated.insert_new(ptr, id);
         self.accounting
             .kept_mut()
             .count_alloc(small, size as u64, p.orig_size as u64);

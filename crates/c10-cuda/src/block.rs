@@ -179,7 +179,13 @@ impl BlockArena {
         let slot = self.slot_mut(id);
         debug_assert!(slot.live, "block id refers to a live block");
         slot.live = false;
-        slot.stream_uses = Vec::new();
+        // Only idle blocks are deleted (merged away or released), and an idle block's
+        // `stream_uses` was taken by `insert_events` (or never pushed to): nothing to drop,
+        // as `insert` expects.
+        debug_assert!(
+            slot.stream_uses.capacity() == 0,
+            "deleting a block with stream uses"
+        );
         slot.next = free;
         self.free = Some(id);
     }

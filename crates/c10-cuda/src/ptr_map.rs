@@ -27,6 +27,10 @@ pub(crate) struct PtrMap {
     /// `(address, block)`; `address == EMPTY` for a free slot.
     slots: Box<[(DevicePtr, BlockId)]>,
     len: usize,
+    /// `slots.len() - 1` (a power of two less one), kept so that probing does not derive it.
+    mask: usize,
+    /// The number of entries at which an insert grows the table first: a quarter of the slots.
+    limit: usize,
     /// `64 - log2(slots.len())`: the hash keeps the top bits.
     shift: u32,
 }
@@ -52,13 +56,16 @@ impl PtrMap {
         PtrMap {
             slots: vec![(EMPTY, BlockId(0)); n].into_boxed_slice(),
             len: 0,
+            mask: n - 1,
+            limit: n / 4,
             shift: 64 - n.trailing_zeros(),
         }
     }
 
     #[inline(always)]
     fn mask(&self) -> usize {
-        self.slots.len() - 1
+        debug_assert_eq!(self.mask, self.slots.len() - 1);
+        self.mask
     }
 
     /// The slot where probing for `ptr` starts: the product's top `log2(slots)` bits, so always
@@ -123,7 +130,22 @@ impl PtrMap {
     #[inline(always)]
     pub(crate) fn insert(&mut self, ptr: DevicePtr, id: BlockId) -> Option<BlockId> {
         debug_assert_ne!(ptr, EMPTY, "the empty-slot marker is not an address");
-        if 4 * (self.len + 1) > self.slots.len() {
+        if let Some(i) = self.find(ptr) {
+            return Some(std::mem::replace(&mut self.slot_mut(i).1, id));
+        }
+        self.insert_new(ptr, id);
+        None
+    }
+
+    /// Maps `ptr`, which is not in the map, to `id` (the malloc path: a block just handed out
+    /// was free, and no allocated block shares its address), so the probe looks for an empty
+    /// slot only. The table grows first when it holds `limit` entries (a quarter of
+    /// its slots).
+    #[inline(always)]
+    pub(crate) fn insert_new(&mut self, ptr: DevicePtr, id: BlockId) {
+        debug_assert_ne!(ptr, EMPTY, "the empty-slot marker is not an address");
+        debug_assert!(self.find(ptr).is_none(), "insert_new of a mapped address");
+        if self.len >= self.limit {
             self.grow();
         }
         let mask = self.mask();
@@ -133,10 +155,7 @@ impl PtrMap {
             if slot.0 == EMPTY {
                 *slot = (ptr, id);
                 self.len += 1;
-                return None;
-            }
-            if slot.0 == ptr {
-                return Some(std::mem::replace(&mut slot.1, id));
+                return;
             }
             i = (i + 1) & mask;
         }
@@ -173,7 +192,7 @@ impl PtrMap {
     fn grow(&mut self) {
         let old = std::mem::replace(self, PtrMap::with_slots(self.slots.len() * 2));
         for &(ptr, id) in old.slots.iter().filter(|s| s.0 != EMPTY) {
-            self.insert(ptr, id);
+            self.insert_new(ptr, id);
         }
     }
 }
