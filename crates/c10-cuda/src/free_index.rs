@@ -472,11 +472,13 @@ impl FreeIndex {
             return false;
         }
         // Usually the pool's only stream.
-        let s = match self.streams.as_slice() {
-            [(s, _)] if *s == k.stream => 0,
-            _ => self.stream_index(k.stream),
+        let f = match self.streams.as_mut_slice() {
+            [(s, f)] if *s == k.stream => f,
+            _ => {
+                let s = self.stream_index(k.stream);
+                &mut self.streams[s].1
+            }
         };
-        let f = &mut self.streams[s].1;
         let c = class_of(k.size);
         if c >= f.heads.len() {
             f.grow_heads(c);

@@ -98,10 +98,22 @@ impl Default for PoolTable {
 }
 
 impl PoolTable {
-    /// The small or large free-block pool of slot `k`.
+    /// The small or large free-block pool of slot `k` (a slot this table made: the default
+    /// slot, or one [`Self::create`] returned, named by a request's route or a block's `pool`).
     #[inline(always)]
     pub(crate) fn block_pool_mut(&mut self, k: u32, small: bool) -> &mut BlockPool {
-        &mut self.block_pools[(k as usize) << 1 | usize::from(small)]
+        let i = (k as usize) << 1 | usize::from(small);
+        debug_assert!(
+            i < self.block_pools.len(),
+            "pool slot {k} not from this table"
+        );
+        // SAFETY: `i < self.block_pools.len()`. Slot numbers are made only here, by `default`
+        // (slot 0) and `create` (a vacant slot, or one past the last), and each slot has its two
+        // pools from then on: `block_pools` is extended by two with every new slot and never
+        // shrinks (a forgotten pool's slot is reused or kept, its pools replaced in place).
+        // Every `k` the allocator passes is such a slot: a request's route, or the `pool` of a
+        // block made in that slot. Debug builds check the bound above.
+        unsafe { self.block_pools.get_unchecked_mut(i) }
     }
 
     /// The small or large free-block pool of slot `k`.
