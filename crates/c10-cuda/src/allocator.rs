@@ -51,6 +51,10 @@ pub struct DeviceCachingAllocator<D: DeviceMemory> {
     pub(crate) device: D,
     /// The configuration in force.
     pub(crate) config: AllocatorConfig,
+    /// The config's `max_split_size` in bytes, `usize::MAX` when unlimited
+    /// ([`AllocatorConfig::max_split_size_or_max`]), set with the config: a plain number for
+    /// the malloc and free paths ([`Self::max_split`]).
+    pub(crate) max_split: usize,
     /// The blocks, the allocated ones by address, expandable segments' page tables.
     pub(crate) blocks: BlockStore,
     /// The stats (built on read), the memory limit and the device's total.
@@ -151,6 +155,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         stats.num_ooms = 0;
         let mut this = DeviceCachingAllocator {
             device,
+            max_split: config.max_split_size_or_max(),
             config,
             blocks: BlockStore::with_capacity(INITIAL_BLOCKS),
             accounting: Accounting::new(stats, info.total),
@@ -188,6 +193,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// replaced by every successful [`DeviceCachingAllocator::set_config`]; nothing is printed.
     pub fn warnings(&self) -> &[ConfigWarning] {
         &self.warnings
+    }
+
+    /// `max_split_size` in bytes, `usize::MAX` when unlimited: the config's, as kept.
+    #[inline(always)]
+    pub(crate) fn max_split(&self) -> usize {
+        debug_assert_eq!(self.max_split, self.config.max_split_size_or_max());
+        self.max_split
     }
 
     /// Bytes reserved from the device (PyTorch's `total_allocated_memory`):
@@ -471,7 +483,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     pub(crate) fn get_free_block(&mut self, p: &Params) -> Option<BlockId> {
         let gc = self.accounting.allowed_memory_maximum.is_some() && self.config.gc_enabled();
         let expandable_on = self.config.expandable_segments;
-        let max_split = self.config.max_split_size_or_max();
+        let max_split = self.max_split();
         let max_non_split_rounding = self.config.max_non_split_rounding;
         let blocks = &self.blocks;
         let pool = self.pools.block_pool_mut(p.pool, p.small);
@@ -654,7 +666,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.accounting
             .kept_mut()
             .count_alloc(small, size as u64, p.orig_size as u64);
-        if size >= self.config.max_split_size_or_max() {
+        if size >= self.max_split() {
             self.accounting.kept_mut().oversize_allocations.increase(1);
         }
         Allocation {
@@ -737,7 +749,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             .count_free_requested(small, size as u64);
         self.history
             .record(TraceAction::FreeRequested, ptr, requested as u64, stream);
-        if size >= self.config.max_split_size_or_max() {
+        if size >= self.max_split() {
             self.accounting.kept_mut().oversize_allocations.decrease(1);
         }
         if has_uses {

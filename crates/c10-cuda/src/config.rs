@@ -321,9 +321,11 @@ impl AllocatorConfig {
     /// [`roundup_power2_divisions`]: AllocatorConfig::roundup_power2_divisions
     #[inline]
     pub fn roundup_power2_index(size: usize) -> usize {
-        let log2 = size.checked_ilog2().unwrap_or(0) as usize;
-        log2.saturating_sub(MIB.trailing_zeros() as usize)
-            .min(ROUNDUP_POWER2_INTERVALS - 1)
+        // Below 1 MiB (the allocator's small requests): index 0 without the logarithm.
+        if size < MIB {
+            return 0;
+        }
+        (size.ilog2() as usize - MIB.trailing_zeros() as usize).min(ROUNDUP_POWER2_INTERVALS - 1)
     }
 
     /// The number of power-of-two divisions that applies to a request of `size` bytes

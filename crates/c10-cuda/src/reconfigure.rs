@@ -40,6 +40,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.warnings = fit_to_device(&mut config, &self.device);
         let fraction = config.per_process_memory_fraction;
         self.accounting.kept_mut().max_split_size = config.max_split_size.map(|v| v as u64);
+        self.max_split = config.max_split_size_or_max();
         self.config = config;
         match fraction {
             Some(f) => self.set_memory_fraction(f)?,
