@@ -340,8 +340,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     ) -> Result<Option<Allocation>> {
         self.process_events()?;
         let p = self.params(size, stream)?;
-        match self.get_free_block(&p) {
-            Some(id) => Ok(Some(self.alloc_found_block(&p, id))),
+        match self.find_free_block(&p) {
+            Some(key) => Ok(Some(self.alloc_found_key(&p, key))),
             None => Ok(None),
         }
     }
@@ -481,6 +481,16 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// Best-fit search (PyTorch's `get_free_block`); removes and returns the block on a hit.
     #[inline(always)]
     pub(crate) fn get_free_block(&mut self, p: &Params) -> Option<BlockId> {
+        let key = self.find_free_block(p)?;
+        let pool = self.pools.block_pool_mut(p.pool, p.small);
+        pool.blocks.remove_present(&key);
+        Some(key.id)
+    }
+
+    /// The search of [`Self::get_free_block`]: the key of the block it hands out, left in its
+    /// pool ([`Self::alloc_found_key`] takes it out).
+    #[inline(always)]
+    pub(crate) fn find_free_block(&mut self, p: &Params) -> Option<SizeKey> {
         let gc = self.accounting.allowed_memory_maximum.is_some() && self.config.gc_enabled();
         let expandable_on = self.config.expandable_segments;
         let max_split = self.max_split();
@@ -532,8 +542,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if p.size >= max_split && key.size >= p.size.saturating_add(max_non_split_rounding) {
             return None;
         }
-        pool.blocks.remove_present(&key);
-        Some(key.id)
+        Some(key)
     }
 
     /// Allocates a new segment (PyTorch's `alloc_block`); `Ok(None)` when the device (or the
@@ -605,9 +614,25 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         Ok(())
     }
 
-    /// Hands out a found block, splitting it if the rules say so (PyTorch's `alloc_found_block`).
+    /// Hands out a found block, already out of its pool, splitting it if the rules say so
+    /// (PyTorch's `alloc_found_block`).
     #[inline(always)]
     pub(crate) fn alloc_found_block(&mut self, p: &Params, found: BlockId) -> Allocation {
+        self.alloc_found(p, found, None)
+    }
+
+    /// [`Self::alloc_found_block`] of the block [`Self::find_free_block`] found, still in its
+    /// pool under `key`: a split moves it to the remainder's key (the remainder keeps the id),
+    /// otherwise it leaves the pool here.
+    #[inline(always)]
+    pub(crate) fn alloc_found_key(&mut self, p: &Params, key: SizeKey) -> Allocation {
+        self.alloc_found(p, key.id, Some(key))
+    }
+
+    /// [`Self::alloc_found_block`], with `indexed` the key under which the block is still in its
+    /// pool, if it is.
+    #[inline(always)]
+    fn alloc_found(&mut self, p: &Params, found: BlockId, indexed: Option<SizeKey>) -> Allocation {
         let small = p.small;
         // One read of the found block: everything both paths need.
         let (block_size, already_split, expandable, ptr, prev) = {
@@ -627,7 +652,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             r.ptr += p.size as u64;
             r.size -= p.size;
             let remaining_size = r.size;
-            pool.insert_into_blocks(remaining, r);
+            match indexed {
+                Some(old) => pool.rekey_in_blocks(&old, remaining, r),
+                None => pool.insert_into_blocks(remaining, r),
+            }
             if already_split && not_expandable {
                 // An already-split inactive block shrinks by `size` bytes.
                 decrease(
@@ -646,6 +674,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             }
             (id, p.size)
         } else {
+            if let Some(old) = indexed {
+                self.pools
+                    .block_pool_mut(p.pool, p.small)
+                    .blocks
+                    .remove_present(&old);
+            }
             if already_split && not_expandable {
                 // An already-split block becomes active.
                 decrease(

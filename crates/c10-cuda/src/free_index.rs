@@ -541,6 +541,49 @@ impl FreeIndex {
         self.len -= 1;
     }
 
+    /// Moves a present key `old` to `new`, a key of the same block (same id and stream) with
+    /// another address and size: the remainder of a split, which keeps the split block's id.
+    /// The same as `remove_present(old)` then `insert(new)`, without the presence checks, the
+    /// second stream lookup and the count.
+    #[inline(always)]
+    pub(crate) fn rekey(&mut self, old: &SizeKey, new: &SizeKey) {
+        debug_assert!(old.id == new.id && old.stream == new.stream);
+        debug_assert!(
+            self.contains(old),
+            "re-keying a key that is not in the index"
+        );
+        let node = self.nodes.at(old.id.0);
+        let (prev, next) = (node.prev, node.next);
+        let f = match self.streams.as_mut_slice() {
+            [(s, f)] if *s == old.stream && prev != TREE => f,
+            _ => {
+                // Several streams, or a long class: the general path.
+                self.remove_present(old);
+                self.insert(*new);
+                return;
+            }
+        };
+        // Unlink `old` from its class list (as `remove_present`).
+        if prev == NIL {
+            let c = class_of(old.size);
+            *f.head_of_used(c) = next;
+            if next == NIL {
+                f.bitmap.clear(c);
+            }
+        } else {
+            self.nodes.at_mut(prev).next = next;
+        }
+        if next != NIL {
+            self.nodes.at_mut(next).prev = prev;
+        }
+        // Link `new` (as `insert`).
+        let c = class_of(new.size);
+        if c >= f.heads.len() {
+            f.grow_heads(c);
+        }
+        link(&mut self.nodes, f, c, new);
+    }
+
     /// [`Self::remove_present`] for a block of a long class.
     #[cold]
     #[inline(never)]
@@ -1228,12 +1271,16 @@ mod tests {
         assert!(large.heap_bytes() < 1200 << 10, "{}", large.heap_bytes());
     }
 
-    /// One operation of the property test: insert or remove a key, or search.
+    /// One operation of the property test: insert or remove a key, remove block `id`'s key (if
+    /// free), search, or re-key block `id` (if free) to a new size and address (its stream and
+    /// rank kept).
     #[derive(Clone, Debug)]
     enum Op {
         Insert(SizeKey),
         Remove(SizeKey),
+        RemoveId(u32),
         Search(u64, usize),
+        Rekey(u32, usize, u64),
     }
 
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
@@ -1247,25 +1294,45 @@ mod tests {
         ];
         // Block `id` always has one address, as in the allocator; its size, stream and rank
         // vary between the times it is free.
-        let k = (0u64..3, size, 0u64..3, 0u32..48).prop_map(|(stream, size, rank, id)| {
+        let k = (0u64..3, size.clone(), 0u64..3, 0u32..48).prop_map(|(stream, size, rank, id)| {
             ranked(stream, size, rank, u64::from(id) * 4096, id)
         });
         prop_oneof![
             3 => k.clone().prop_map(Op::Insert),
             2 => k.prop_map(Op::Remove),
+            2 => (0u32..48).prop_map(Op::RemoveId),
             2 => (0u64..3, 0usize..(4 << 30)).prop_map(|(s, z)| Op::Search(s, z)),
+            2 => (0u32..48, size, 0u64..4).prop_map(|(id, size, j)| Op::Rekey(id, size, j)),
         ]
     }
 
+    /// `op` with its streams folded onto the first `streams` (one stream takes the one-stream
+    /// paths).
+    fn on_streams(op: Op, streams: u64) -> Op {
+        let fold = |mut k: SizeKey| {
+            k.stream = StreamId(k.stream.0 % streams);
+            k
+        };
+        match op {
+            Op::Insert(k) => Op::Insert(fold(k)),
+            Op::Remove(k) => Op::Remove(fold(k)),
+            Op::Search(s, size) => Op::Search(s % streams, size),
+            other => other,
+        }
+    }
+
     proptest::proptest! {
-        /// Random inserts, removes and best-fit searches give the answers of a `BTreeSet` of
-        /// `(stream, size, rank, address)` keys.
+        /// Random inserts, removes, re-keys and best-fit searches, on one to three streams, give
+        /// the answers of a `BTreeSet` of `(stream, size, rank, address)` keys.
         #[test]
-        fn matches_a_btree_set(ops in proptest::collection::vec(op(), 1..400)) {
+        fn matches_a_btree_set(
+            streams in 1u64..4,
+            ops in proptest::collection::vec(op(), 1..400),
+        ) {
             let mut idx = FreeIndex::for_sizes_up_to(crate::sizes::SMALL_BUFFER);
             let mut model: BTreeSet<SizeKey> = BTreeSet::new();
             for op in ops {
-                match op {
+                match on_streams(op, streams) {
                     Op::Insert(k) => {
                         if !model.iter().any(|m| m.id == k.id) {
                             proptest::prop_assert!(idx.insert(k));
@@ -1279,6 +1346,21 @@ mod tests {
                             idx.remove_present(&k);
                         } else {
                             proptest::prop_assert!(!idx.remove(&k));
+                        }
+                    }
+                    Op::RemoveId(id) => {
+                        if let Some(k) = model.iter().find(|m| m.id.0 == id).copied() {
+                            model.remove(&k);
+                            idx.remove_present(&k);
+                        }
+                    }
+                    Op::Rekey(id, size, j) => {
+                        if let Some(old) = model.iter().find(|m| m.id.0 == id).copied() {
+                            let ptr = u64::from(id) * 4096 + j * 512;
+                            let new = ranked(old.stream.0, size, old.rank, ptr, id);
+                            model.remove(&old);
+                            model.insert(new);
+                            idx.rekey(&old, &new);
                         }
                     }
                     Op::Search(s, size) => {

@@ -316,4 +316,13 @@ impl BlockPool {
         let inserted = self.blocks.insert(SizeKey::of(id, b));
         debug_assert!(inserted, "block inserted twice into its pool");
     }
+
+    /// [`Self::insert_into_blocks`] of block `id` (now `b`) that is still in the pool under
+    /// `old`: the remainder of a split that kept the split block's id and slot in the index
+    /// (PyTorch erases the block, then inserts the remainder).
+    #[inline(always)]
+    pub(crate) fn rekey_in_blocks(&mut self, old: &SizeKey, id: BlockId, b: &mut Block) {
+        b.gc_count_base = self.get_free_blocks_call_count;
+        self.blocks.rekey(old, &SizeKey::of(id, b));
+    }
 }
