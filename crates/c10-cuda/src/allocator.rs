@@ -643,10 +643,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let (id, size) = if !p.no_split && should_split(block_size, p.size, p.small, &self.config) {
             // The allocation takes the low addresses; the remainder keeps the old id.
             let remaining = found;
-            let mut block = self.blocks.get(found).piece(ptr, p.size);
-            block.allocated = true;
-            block.requested_size = p.orig_size;
-            let id = self.blocks.splice(block, prev, Some(remaining));
+            let piece = (ptr, p.size, p.orig_size);
+            let id = self
+                .blocks
+                .splice_allocated_piece(found, piece, prev, Some(remaining));
             let pool = self.pools.block_pool_mut(p.pool, p.small);
             let r = self.blocks.get_mut(remaining);
             r.ptr += p.size as u64;

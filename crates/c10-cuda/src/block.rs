@@ -172,6 +172,68 @@ impl BlockArena {
         id
     }
 
+    /// Cuts a new allocated block `[ptr, ptr + size)` (`requested` bytes asked for) from block
+    /// `src`'s segment and links it between `before` and `after`: [`Self::splice`] of
+    /// `src.piece(ptr, size)` made allocated. A reused slot held a deleted block, which was idle
+    /// (no tag, no events, no stream uses: `remove` is only given idle blocks), so only the
+    /// fields that differ from a piece's are written there; debug builds compare the slot with
+    /// the piece.
+    #[inline(always)]
+    pub(crate) fn splice_allocated_piece(
+        &mut self,
+        src: BlockId,
+        (ptr, size, requested): (DevicePtr, usize, usize),
+        before: Option<BlockId>,
+        after: Option<BlockId>,
+    ) -> BlockId {
+        let Some(id) = self.free else {
+            let mut block = self.get(src).piece(ptr, size);
+            block.allocated = true;
+            block.requested_size = requested;
+            return self.splice(block, before, after);
+        };
+        debug_assert!(before.is_none_or(|b| self.get(b).next == after));
+        debug_assert!(after.is_none_or(|a| self.get(a).prev == before));
+        let s = self.get(src);
+        // What a piece inherits (`Block::piece`).
+        let (stream, small, mapped, expandable, rank, pool) =
+            (s.stream, s.small, s.mapped, s.expandable, s.rank, s.pool);
+        let slot = self.slot_mut(id);
+        let next_free = slot.next;
+        debug_assert!(!slot.live && slot.tag.is_none() && slot.event_count == 0);
+        debug_assert!(slot.stream_uses.capacity() == 0);
+        slot.ptr = ptr;
+        slot.size = size;
+        slot.requested_size = requested;
+        slot.stream = stream;
+        slot.small = small;
+        slot.allocated = true;
+        slot.mapped = mapped;
+        slot.prev = before;
+        slot.next = after;
+        slot.gc_count_base = 0;
+        slot.expandable = expandable;
+        slot.rank = rank;
+        slot.pool = pool;
+        slot.live = true;
+        self.free = next_free;
+        debug_assert_eq!(
+            format!("{:?}", self.get(id)),
+            format!("{:?}", {
+                let mut b = self.get(src).piece(ptr, size);
+                (b.allocated, b.requested_size, b.prev, b.next) = (true, requested, before, after);
+                b
+            })
+        );
+        if let Some(b) = before {
+            self.get_mut(b).next = Some(id);
+        }
+        if let Some(a) = after {
+            self.get_mut(a).prev = Some(id);
+        }
+        id
+    }
+
     /// Deletes a block (its slot is reused by a later insert).
     #[inline(always)]
     pub(crate) fn remove(&mut self, id: BlockId) {

@@ -2,6 +2,7 @@
 //! page tables of expandable segments and the registration counter of new segments.
 
 use crate::block::{Block, BlockArena, BlockId};
+use crate::device::DevicePtr;
 use crate::expandable_segment::ExpandableSegment;
 use crate::ptr_map::PtrMap;
 
@@ -57,6 +58,19 @@ impl BlockStore {
         after: Option<BlockId>,
     ) -> BlockId {
         self.arena.splice(block, before, after)
+    }
+
+    /// Stores a new allocated piece of `src`'s segment between `before` and `after`
+    /// ([`BlockArena::splice_allocated_piece`]).
+    #[inline(always)]
+    pub(crate) fn splice_allocated_piece(
+        &mut self,
+        src: BlockId,
+        piece: (DevicePtr, usize, usize),
+        before: Option<BlockId>,
+        after: Option<BlockId>,
+    ) -> BlockId {
+        self.arena.splice_allocated_piece(src, piece, before, after)
     }
 
     /// Deletes the block `id`.
