@@ -465,11 +465,29 @@ impl FreeIndex {
     /// Inserts a key; false if its block is already in the index.
     #[inline(always)]
     pub(crate) fn insert(&mut self, k: SizeKey) -> bool {
+        if self
+            .nodes
+            .0
+            .get(k.id.0 as usize)
+            .is_some_and(|n| n.next != DEAD)
+        {
+            return false;
+        }
+        self.insert_absent(k);
+        true
+    }
+
+    /// Inserts the key of a block that is not in the index (a pool's insert: a block enters
+    /// its pool only from outside it; checked in debug builds).
+    #[inline(always)]
+    pub(crate) fn insert_absent(&mut self, k: SizeKey) {
         let id = k.id.0;
+        debug_assert!(
+            self.nodes.0.get(id as usize).is_none_or(|n| n.next == DEAD),
+            "block {id} is already in the index"
+        );
         if id as usize >= self.nodes.0.len() {
             self.grow_nodes(id);
-        } else if self.nodes.at(id).next != DEAD {
-            return false;
         }
         // Usually the pool's only stream.
         let f = match self.streams.as_mut_slice() {
@@ -485,7 +503,6 @@ impl FreeIndex {
         }
         link(&mut self.nodes, f, c, &k);
         self.len += 1;
-        true
     }
 
     /// Grows the node table to cover block id `id`.

@@ -313,8 +313,7 @@ impl BlockPool {
     #[inline(always)]
     pub(crate) fn insert_into_blocks(&mut self, id: BlockId, b: &mut Block) {
         b.gc_count_base = self.get_free_blocks_call_count;
-        let inserted = self.blocks.insert(SizeKey::of(id, b));
-        debug_assert!(inserted, "block inserted twice into its pool");
+        self.blocks.insert_absent(SizeKey::of(id, b));
     }
 
     /// [`Self::insert_into_blocks`] of block `id` (now `b`) that is still in the pool under
