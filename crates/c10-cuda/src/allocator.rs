@@ -492,9 +492,6 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     #[inline(always)]
     pub(crate) fn find_free_block(&mut self, p: &Params) -> Option<SizeKey> {
         let gc = self.accounting.allowed_memory_maximum.is_some() && self.config.gc_enabled();
-        let expandable_on = self.config.expandable_segments;
-        let max_split = self.max_split();
-        let max_non_split_rounding = self.config.max_non_split_rounding;
         let blocks = &self.blocks;
         let pool = self.pools.block_pool_mut(p.pool, p.small);
         if gc {
@@ -505,7 +502,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             // Rare: walk on in best-fit order.
             let mut it = pool.blocks.range_from(p.stream, p.size);
             it.next();
-            if expandable_on {
+            if self.config.expandable_segments {
                 // Best fit counts an expandable block's unmapped successor as room it can grow
                 // into: prefer the block with the least such room.
                 let expandable_size = |k: &SizeKey| {
@@ -535,10 +532,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             }
         }
         // Never hand an oversize block to a normal request, nor a much larger oversize block to
-        // an oversize request.
+        // an oversize request (the limits read once a block is found).
+        let max_split = self.max_split();
         if p.size < max_split && key.size >= max_split {
             return None;
         }
+        let max_non_split_rounding = self.config.max_non_split_rounding;
         if p.size >= max_split && key.size >= p.size.saturating_add(max_non_split_rounding) {
             return None;
         }
@@ -776,8 +775,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         b.allocated = false;
         b.tag = None;
         let has_uses = !b.stream_uses.is_empty();
-        let f = Freed::of(b);
-        let (small, size, requested, stream) = (f.small, f.size, f.requested, f.stream);
+        let (small, size, requested, stream) = (b.small, b.size, b.requested_size, b.stream);
         self.accounting
             .kept_mut()
             .count_free_requested(small, size as u64);
@@ -797,6 +795,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             }
             self.insert_events(id)
         } else {
+            // The block's fields read again here rather than kept across the counting.
+            let f = Freed::of(self.blocks.get(id));
             self.free_idle_block(id, f);
             Ok(())
         }
