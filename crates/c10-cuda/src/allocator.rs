@@ -640,21 +640,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         };
         let not_expandable = expandable.is_none();
         let (id, size) = if !p.no_split && should_split(block_size, p.size, p.small, &self.config) {
-            // The allocation takes the low addresses; the remainder keeps the old id.
-            let remaining = found;
-            let piece = (ptr, p.size, p.orig_size);
-            let id = self
-                .blocks
-                .splice_allocated_piece(found, piece, prev, Some(remaining));
-            let pool = self.pools.block_pool_mut(p.pool, p.small);
-            let r = self.blocks.get_mut(remaining);
-            r.ptr += p.size as u64;
-            r.size -= p.size;
-            let remaining_size = r.size;
-            match indexed {
-                Some(old) => pool.rekey_in_blocks(&old, remaining, r),
-                None => pool.insert_into_blocks(remaining, r),
-            }
+            // The allocation takes the low addresses; the remainder keeps the old id. The stats
+            // first (they do not depend on the blocks' bookkeeping).
+            let remaining_size = block_size - p.size;
             if already_split && not_expandable {
                 // An already-split inactive block shrinks by `size` bytes.
                 decrease(
@@ -670,6 +658,19 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                     remaining_size as u64,
                 );
                 increase(&mut self.accounting.kept_mut().inactive_split, small, 1);
+            }
+            let remaining = found;
+            let piece = (ptr, p.size, p.orig_size);
+            let id = self
+                .blocks
+                .splice_allocated_piece(found, piece, prev, Some(remaining));
+            let pool = self.pools.block_pool_mut(p.pool, p.small);
+            let r = self.blocks.get_mut(remaining);
+            r.ptr += p.size as u64;
+            r.size = remaining_size;
+            match indexed {
+                Some(old) => pool.rekey_in_blocks(&old, remaining, r),
+                None => pool.insert_into_blocks(remaining, r),
             }
             (id, p.size)
         } else {
@@ -906,6 +907,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         } = f;
         self.history
             .record(TraceAction::FreeCompleted, ptr, requested as u64, stream);
+        // Counted first (PyTorch counts it last; no other update of `requested_bytes` between).
+        self.accounting
+            .kept_mut()
+            .count_free_completed(small, requested as u64);
         // Merged neighbours leave the inactive split blocks; PyTorch merges the lower one first.
         let mut merged_blocks: i64 = 0;
         let mut merged_bytes: usize = 0;
@@ -938,7 +943,6 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 net_inactive_split_size,
             );
         }
-        stats.count_free_completed(small, requested as u64);
     }
 
     /// Merges `src` into `dst` when `src` is an idle neighbour with the same mapping state;
