@@ -1,6 +1,6 @@
 //! Device-memory budget sweeps (ratios 0.1 .. 1.0, each budget a device's capacity under the
-//! caching allocator) of every shared DTR log with `window` and with `callback`, h_DTR^eq,
-//! PyTorch's default allocator.
+//! caching allocator) of every shared DTR log with `window`, `callback` and `window-move-all`,
+//! h_DTR^eq, PyTorch's default allocator.
 //!
 //! Run: `cargo bench -p checkpoint --bench device_budget` (or `cargo xtask bench
 //! device_budget`). The logs are found as in the tests; without them the bench prints
@@ -12,7 +12,8 @@
 //! Target (issue 11): the 10-ratio `window` sweep of the largest shared log (LSTM, 7798 calls)
 //! under 5 s on the 2-core development machine, against `callback` (the heuristic alone, no
 //! allocator view) in the same run; issue 28: the same for the largest log of the recorded
-//! corpus (`corpus/lstm-32.log.gz`, committed: it runs without the shared data too). Every
+//! corpus (`corpus/lstm-32.log.gz`, committed: it runs without the shared data too), with
+//! `window` and with `window-move-all` (the best strategy of issue 28's table). Every
 //! sweep runs its budgets one after the other (`threads: Some(1)`), except
 //! `lstm-32/window/all-cores`, the same sweep on every core (`threads: None`, the default of
 //! `tensormem dtr`). A name given on the command line (criterion's filter) also narrows the
@@ -27,6 +28,13 @@ use checkpoint::{Strategy, log};
 use criterion::Criterion;
 
 const LOGS: [&str; 5] = ["lstm", "resnet32", "transformer", "tv_densenet121", "unet"];
+
+/// The strategies timed: the default, the heuristic alone, and the best on issue 28's corpus.
+const STRATEGIES: [Strategy; 3] = [
+    Strategy::Window,
+    Strategy::Callback,
+    Strategy::WindowMoveAll,
+];
 
 fn logs_dir() -> Option<PathBuf> {
     let dir = shared_data::expected_path().join("dtr-logs");
@@ -94,7 +102,7 @@ fn table(dir: Option<&std::path::Path>) {
         .unwrap_or_default();
     logs.push((CORPUS_LARGEST.to_string(), corpus_log(CORPUS_LARGEST)));
     for (name, lg) in &logs {
-        for strategy in [Strategy::Window, Strategy::Callback] {
+        for strategy in STRATEGIES {
             if !wanted(&format!("{name}/{strategy}")) {
                 continue;
             }
@@ -145,7 +153,7 @@ fn bench(c: &mut Criterion) {
         .unwrap_or_default();
     logs.push((CORPUS_LARGEST.to_string(), corpus_log(CORPUS_LARGEST)));
     for (name, lg) in &logs {
-        for strategy in [Strategy::Window, Strategy::Callback] {
+        for strategy in STRATEGIES {
             let o = options(strategy, Some(1));
             group.bench_function(format!("{name}/{strategy}"), |b| {
                 b.iter(|| black_box(sweep::sweep(lg, &o).expect("sweep")))

@@ -278,9 +278,10 @@ impl AllocatorBackend {
         (segs, blocks)
     }
 
-    /// Makes the copies of `plan` (every copy first, while the originals still hold the
-    /// vacated addresses, then the frees). Returns false, with nothing changed, when the
-    /// allocator put a copy elsewhere than replayed (in a vacated range, or nowhere).
+    /// Makes the copies of `plan` (its holds and every copy first, while the originals still
+    /// hold the vacated addresses, then the frees of the originals and the holds). Returns
+    /// false, with nothing changed, when the allocator put a copy elsewhere than replayed (in a
+    /// vacated range, or nowhere).
     fn execute(&mut self, plan: &move_plan::MovePlan) -> Result<bool, BoxError> {
         let mut copies: Vec<DevicePtr> = Vec::with_capacity(plan.moves.len());
         let mut ok = true;
@@ -292,7 +293,7 @@ impl AllocatorBackend {
                 MallocOutcome::Allocated(a) => {
                     self.note_malloc();
                     copies.push(a.ptr);
-                    if plan.inside(a.ptr) {
+                    if m.tag != move_plan::HOLD && plan.inside(a.ptr) {
                         ok = false;
                         break;
                     }
@@ -310,6 +311,10 @@ impl AllocatorBackend {
             return Ok(false);
         }
         for (m, &to) in plan.moves.iter().zip(&copies) {
+            if m.tag == move_plan::HOLD {
+                self.alloc.free(to)?;
+                continue;
+            }
             self.alloc.set_block_tag(to, m.tag)?;
             self.alloc.free(m.from)?;
             self.ptrs[m.tag as usize] = to;
@@ -427,7 +432,7 @@ impl Backend for AllocatorBackend {
             return Ok(None);
         };
         Ok(self.execute(&plan)?.then_some(Moved {
-            blocks: plan.moves.len() as u64,
+            blocks: plan.copies() as u64,
             bytes: plan.bytes,
             scanned: plan.scanned as u64,
         }))

@@ -18,13 +18,19 @@
 //! ties, PyTorch's oversize rules, `should_split`, the low end of a split block) over the free
 //! blocks as they are now, the largest moved block first, and is dropped as soon as a copy's
 //! best fit lies inside the vacated addresses or nothing holds it. Windows are ranked by the
-//! bytes they move (a copy's time is its bytes); the cheapest few are replayed. The owner
-//! checks each copy's address when it makes them and the request by retrying `try_malloc`.
+//! bytes they move (a copy's time is its bytes); the cheapest few are replayed. When none of
+//! them works, they are replayed again with **holds**: every free block inside the vacated
+//! addresses is first allocated itself (an exact-size request, largest first, replayed like
+//! the copies), so that no copy's best fit can land there; the holds are freed with the
+//! originals (resnet18-64 at ratio 0.5: the only 196 MiB window holds free 6 and 12 MiB
+//! blocks that were the best fit of its 5 and 9 MiB copies). Only blocks above the small
+//! pool's 1 MiB can be held. The owner checks each copy's address when it makes them and the
+//! request by retrying `try_malloc`.
 
 use c10_cuda::config::AllocatorConfig;
 use c10_cuda::device::{DevicePtr, StreamId};
 use c10_cuda::segment_view::Pool;
-use c10_cuda::sizes::{get_allocation_size, round_size, should_split};
+use c10_cuda::sizes::{SMALL_SIZE, get_allocation_size, round_size, should_split};
 use c10_cuda::try_malloc::Miss;
 
 /// What a block is to the planner.
@@ -69,7 +75,11 @@ pub(crate) struct Segment {
     pub end: usize,
 }
 
-/// One block to copy.
+/// The tag of a hold: a free block inside the vacated addresses allocated for the time of
+/// the copies so that no copy's best fit lands there (freed with the originals; no copy).
+pub(crate) const HOLD: u64 = u64::MAX;
+
+/// One block to copy (or, with tag [`HOLD`], a free block to hold during the copies).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Move {
     /// The block's tag.
@@ -89,13 +99,18 @@ pub(crate) struct MovePlan {
     pub moves: Vec<Move>,
     /// Vacated `[start, end)` address ranges: a copy must not land in one.
     pub vacated: Vec<(DevicePtr, DevicePtr)>,
-    /// Bytes copied (the sum of `requested`).
+    /// Bytes copied (the sum of `requested` over the copies; holds are not copied).
     pub bytes: u64,
     /// Blocks looked at.
     pub scanned: usize,
 }
 
 impl MovePlan {
+    /// The copies (the moves that are not holds).
+    pub fn copies(&self) -> usize {
+        self.moves.iter().filter(|m| m.tag != HOLD).count()
+    }
+
     /// Whether `ptr` lies in a vacated range.
     pub fn inside(&self, ptr: DevicePtr) -> bool {
         self.vacated.iter().any(|&(a, b)| ptr >= a && ptr < b)
@@ -139,13 +154,15 @@ pub(crate) fn plan(
         }
     }
     windows.sort_unstable();
-    for &(_, lo, hi) in windows.iter().take(WINDOWS_TRIED) {
-        let vacated = vec![(
-            blocks[lo].ptr,
-            blocks[hi - 1].ptr + blocks[hi - 1].size as u64,
-        )];
-        if let Some(p) = replay(segs, blocks, &[(lo, hi)], vacated, config) {
-            return Some(p);
+    for holds in [false, true] {
+        for &(_, lo, hi) in windows.iter().take(WINDOWS_TRIED) {
+            let vacated = vec![(
+                blocks[lo].ptr,
+                blocks[hi - 1].ptr + blocks[hi - 1].size as u64,
+            )];
+            if let Some(p) = replay(segs, blocks, &[(lo, hi)], vacated, config, holds) {
+                return Some(p);
+            }
         }
     }
     if config.expandable_segments {
@@ -184,7 +201,8 @@ pub(crate) fn plan(
     if gives < need {
         return None;
     }
-    replay(segs, blocks, &ranges, vacated, config)
+    replay(segs, blocks, &ranges, vacated.clone(), config, false)
+        .or_else(|| replay(segs, blocks, &ranges, vacated, config, true))
 }
 
 fn movable_bytes(b: &Block) -> usize {
@@ -202,6 +220,7 @@ fn replay(
     ranges: &[(usize, usize)],
     vacated: Vec<(DevicePtr, DevicePtr)>,
     config: &AllocatorConfig,
+    with_holds: bool,
 ) -> Option<MovePlan> {
     let movers: Vec<Move> = ranges
         .iter()
@@ -216,7 +235,28 @@ fn replay(
             _ => None,
         })
         .collect();
-    fit(segs, blocks, movers, vacated, config, true)
+    if !with_holds {
+        return fit(segs, blocks, Vec::new(), movers, &vacated, config, true);
+    }
+    // A copy's best fit lies inside the vacated addresses: hold the free blocks there
+    // (largest first, each an exact-size request, so the allocator's best fit is that block
+    // or another of its size) while the copies are made. Only large-pool blocks above the
+    // small pool's limit can be held (a smaller request would go to the small pool).
+    let holds: Vec<Move> = ranges
+        .iter()
+        .flat_map(|&(lo, hi)| blocks[lo..hi].iter())
+        .filter(|b| b.slot == Slot::Free)
+        .map(|b| Move {
+            tag: HOLD,
+            from: b.ptr,
+            requested: b.size,
+            to: 0,
+        })
+        .collect();
+    if holds.is_empty() || holds.iter().any(|h| h.requested <= SMALL_SIZE) {
+        return None;
+    }
+    fit(segs, blocks, holds, movers, &vacated, config, true)
 }
 
 /// The copies of `victims` (tags, each of a movable block) that can land outside `vacated`,
@@ -240,7 +280,7 @@ pub(crate) fn movable_victims(
             _ => None,
         })
         .collect();
-    fit(segs, blocks, movers, vacated, config, false).unwrap_or(MovePlan {
+    fit(segs, blocks, Vec::new(), movers, &vacated, config, false).unwrap_or(MovePlan {
         moves: Vec::new(),
         vacated: Vec::new(),
         bytes: 0,
@@ -248,17 +288,23 @@ pub(crate) fn movable_victims(
     })
 }
 
-/// The best-fit replay of `moves` (largest first). `strict`: `None` as soon as one copy
-/// lands in `vacated` or finds no block; otherwise such a copy is left out.
+/// The best-fit replay of `holds` (in their order: each may land anywhere) and then of
+/// `moves` (largest first). `strict`: `None` as soon as one copy lands in `vacated` or finds
+/// no block (or a hold finds none); otherwise such a copy is left out.
 fn fit(
     segs: &[Segment],
     blocks: &[Block],
+    mut holds: Vec<Move>,
     mut moves: Vec<Move>,
-    vacated: Vec<(DevicePtr, DevicePtr)>,
+    vacated: &[(DevicePtr, DevicePtr)],
     config: &AllocatorConfig,
     strict: bool,
 ) -> Option<MovePlan> {
     moves.sort_by(|a, b| b.requested.cmp(&a.requested).then(a.from.cmp(&b.from)));
+    holds.sort_by(|a, b| b.requested.cmp(&a.requested).then(a.from.cmp(&b.from)));
+    let n_holds = holds.len();
+    holds.append(&mut moves);
+    let moves = holds;
     // The free blocks of every (pool, stream): (pool, stream, size, address).
     let mut free: Vec<(Pool, StreamId, usize, DevicePtr)> = Vec::new();
     for s in segs {
@@ -279,7 +325,8 @@ fn fit(
     let max_split = config.max_split_size_or_max();
     let mut bytes = 0u64;
     let mut kept = Vec::with_capacity(moves.len());
-    for mut m in moves {
+    for (k, mut m) in moves.into_iter().enumerate() {
+        let hold = k < n_holds;
         let Some(seg) = seg_of(m.from) else {
             if strict {
                 return None;
@@ -301,7 +348,7 @@ fn fit(
             !((size < max_split && fsize >= max_split)
                 || (size >= max_split
                     && fsize >= size.saturating_add(config.max_non_split_rounding))
-                || inside(fptr))
+                || (!hold && inside(fptr)))
         });
         let Some(k) = usable else {
             if strict {
@@ -311,7 +358,9 @@ fn fit(
         };
         let (_, _, fsize, fptr) = free[k];
         m.to = fptr;
-        bytes += m.requested as u64;
+        if !hold {
+            bytes += m.requested as u64;
+        }
         if should_split(fsize, size, pool == Pool::Small, config) {
             free[k] = (pool, stream, fsize - size, fptr + size as u64);
         } else {
@@ -321,7 +370,7 @@ fn fit(
     }
     Some(MovePlan {
         moves: kept,
-        vacated,
+        vacated: vacated.to_vec(),
         bytes,
         scanned: blocks.len(),
     })
@@ -426,6 +475,50 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn free_blocks_inside_the_window_are_held_while_the_copy_is_made() {
+        // Segment A: [free 12][live 4 (tag 1)][free 8]; segment B: [live 20 (tag 2)][free 10].
+        // A 24 MiB request needs A's window; the copy's best fit is A's own 8 MiB block (not
+        // B's 10), so the plain replay fails. Holding A's free blocks first (12: only itself
+        // holds it; 8: itself, the smallest) sends the copy to B's 10 MiB block.
+        let base_b = 1u64 << 32;
+        let (segs, blocks) = layout(&[
+            (0, &[(12, Slot::Free), (4, mv(1, 4)), (8, Slot::Free)]),
+            (base_b, &[(20, mv(2, 20)), (10, Slot::Free)]),
+        ]);
+        let config = AllocatorConfig::default();
+        assert_eq!(
+            fit(
+                &segs,
+                &blocks,
+                Vec::new(),
+                vec![Move {
+                    tag: 1,
+                    from: (12 * MB) as u64,
+                    requested: 4 * MB,
+                    to: 0
+                }],
+                &[(0, (24 * MB) as u64)],
+                &config,
+                true
+            ),
+            None
+        );
+        let p = plan(&segs, &blocks, &miss(24 * MB, 0), &config).unwrap();
+        let got: Vec<(u64, u64, usize)> =
+            p.moves.iter().map(|m| (m.tag, m.to, m.requested)).collect();
+        assert_eq!(
+            got,
+            [
+                (HOLD, 0, 12 * MB),
+                (HOLD, (16 * MB) as u64, 8 * MB),
+                (1, base_b + (20 * MB) as u64, 4 * MB)
+            ]
+        );
+        assert_eq!((p.copies(), p.bytes), (1, (4 * MB) as u64));
+        assert_eq!(p.vacated, [(0, (24 * MB) as u64)]);
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //!   every strategy at ratios 0.1 .. 1.0 on PyTorch's default allocator, and for `window` with
 //!   expandable segments, Coop's partition and in-place updates (CI, debug build, about 40 s);
 //!   on every log of the recorded corpus at two budgets; `window-deficit` and `window-move`
-//!   (a fragmentation miss answered by one copy) on the hand-built segment;
+//!   (a fragmentation miss answered by one copy) on the hand-built segment; the moving
+//!   strategies holding a window's free blocks so that its copy lands outside (nothing
+//!   evictable: `window` runs out of memory there);
 //! - `#[ignore]`d, run by `cargo xtask soak` in release: the full grid (every strategy and
 //!   layout at ratios 0.05 .. 1.0) and the figures for `window` on the default
 //!   allocator: per log the smallest budget completing with overhead <= 1.5 within 0.05 of the
@@ -151,6 +153,69 @@ fn a_fragmentation_miss_moves_one_tensor_instead_of_evicting() {
     })
     .unwrap();
     assert_eq!((rt.profile().evictions, rt.profile().moves), (1, 0));
+}
+
+/// Segment A (24 MiB) `[free 12][t 4][free 8]`, segment B (30 MiB) `[u 20][free 10]` and the
+/// constant's 2 MiB small segment on a 56 MiB device with `strategy`; then an op reading `t`
+/// and `u` (both locked: nothing is evictable) asks for 24 MiB. Returns the runtime and
+/// whether the op completed.
+fn held_window(strategy: Strategy) -> (Runtime<AllocatorBackend>, bool) {
+    let backend = AllocatorBackend::on_device(AllocatorConfig::default(), 56 * MIB).unwrap();
+    let mut rt = Runtime::new(
+        backend,
+        Config {
+            heuristic: Heuristic::DtrEq,
+            strategy,
+            ..Config::default()
+        },
+    );
+    let c = rt.checkpoint(1024).unwrap();
+    let fresh = |rt: &mut Runtime<AllocatorBackend>, bytes: u64, args: &[checkpoint::TensorId]| {
+        rt.compute(OpSpec {
+            cost: 1_000_000,
+            args,
+            outputs: &[OutputSpec::fresh(bytes)],
+        })
+        .unwrap()
+        .get(0)
+    };
+    let x = fresh(&mut rt, 24 * MIB, &[c]);
+    let z = fresh(&mut rt, 30 * MIB, &[c]);
+    rt.release(x).unwrap();
+    rt.release(z).unwrap();
+    let y = fresh(&mut rt, 12 * MIB, &[c]);
+    let t = fresh(&mut rt, 4 * MIB, &[c]);
+    let u = fresh(&mut rt, 20 * MIB, &[c]);
+    rt.release(y).unwrap();
+    assert_eq!(rt.backend().allocator().reserved_bytes() as u64, 56 * MIB);
+    let done = rt
+        .compute(OpSpec {
+            cost: 10,
+            args: &[t, u],
+            outputs: &[OutputSpec::fresh(24 * MIB)],
+        })
+        .is_ok();
+    (rt, done)
+}
+
+#[test]
+fn a_window_whose_copy_would_land_inside_it_holds_its_free_blocks() {
+    // The only 24 MiB window is segment A, and its copy's best fit is A's own 8 MiB block:
+    // without holds no move plan exists and nothing is evictable (`window` runs out of
+    // memory). Holding A's 12 and 8 MiB blocks sends t to B's 10 MiB block; A merges.
+    let (_, done) = held_window(Strategy::Window);
+    assert!(!done, "window has nothing to evict");
+    for strategy in [Strategy::WindowMove, Strategy::WindowMoveAll] {
+        let (rt, done) = held_window(strategy);
+        assert!(done, "{strategy}");
+        let p = *rt.profile();
+        assert_eq!(
+            (p.evictions, p.misses, p.moves, p.moved_bytes),
+            (0, 1, 1, 4 * MIB),
+            "{strategy}"
+        );
+        assert!(rt.backend().report().peak_reserved_bytes <= 56 * MIB);
+    }
 }
 
 #[test]
