@@ -2,10 +2,11 @@
 //! and the recorded corpus (`corpus/*.log.gz`), each log in the fit or the report half
 //! (`corpus/README.md`; constants are fitted on the fit half only):
 //! - the summary (default allocator): per log, the smallest ratio (0.05 steps) completing with
-//!   overhead <= 1.5 for the allocator-blind run (simrd), `callback`, `window` and the other
-//!   strategies asked; `window`'s distance to the blind run, its worst overhead against the
-//!   blind run at ratios >= 0.5, and whether it is monotone (no failure above a completed ratio
-//!   but one 0.05 step of noise); then the misses per half;
+//!   overhead <= 1.5 for the allocator-blind run (simrd) and each strategy asked (default
+//!   `callback`, `window` and `window-move-all`, the best on issue 28's logs); the main
+//!   strategy's distance to the blind run, its worst overhead against the blind run at
+//!   ratios >= 0.5, and whether it is monotone (no failure above a completed ratio but one
+//!   0.05 step of noise); then the misses per half;
 //! - with `LAYOUTS=...` also the detailed tables per layout (allocator settings, Coop's
 //!   partition, in-place updates) and strategy: the smallest ratio, the worst overhead against
 //!   the blind run at ratios >= 0.5, the overheads at 0.5, 0.6, ..., 1.0, and against
@@ -13,12 +14,12 @@
 //!
 //! Run: `cargo run --release -p checkpoint --example device_budget [LOG ...]` (a log is a
 //! shared-log prefix such as `unet`, or a corpus stem such as `resnet50-32`; default all);
-//! `STRATEGIES=window,callback` narrows the strategies, `LAYOUTS=default,expandable` asks for
+//! `STRATEGIES=window,callback` chooses the strategies, `LAYOUTS=default,expandable` asks for
 //! the detailed tables (`LAYOUTS=all`: every layout); `STATUS=1` prints per log and ratio how
 //! each run ended (the overhead, or OOM/THRASH with the phase and the share of the log where
 //! it stopped, the misses, evictions and remats), to find why a strategy misses; `MAIN=NAME`
-//! gives that strategy (default `window`) the distance, worst-overhead, monotone and misses
-//! columns.
+//! gives that strategy (default `window-move-all`) the distance, worst-overhead, monotone and
+//! misses columns.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -163,12 +164,16 @@ fn main() {
             .split(',')
             .map(|x| x.parse().expect("a strategy"))
             .collect(),
-        Err(_) => vec![Strategy::Callback, Strategy::Window],
+        Err(_) => vec![
+            Strategy::Callback,
+            Strategy::Window,
+            Strategy::WindowMoveAll,
+        ],
     };
     let layouts = std::env::var("LAYOUTS").ok();
     // The strategy whose distance, worst overhead, monotonicity and misses get columns.
     let main_strategy: Strategy =
-        std::env::var("MAIN").map_or(Strategy::Window, |v| v.parse().expect("a strategy"));
+        std::env::var("MAIN").map_or(Strategy::WindowMoveAll, |v| v.parse().expect("a strategy"));
     let main_name = main_strategy.name();
     let ratios: Vec<f64> = (1..=20).map(|k| k as f64 * 0.05).collect();
     let plain = SweepOptions {
