@@ -10,13 +10,29 @@
 //!   frames), innermost first, symbolized once per address and shared between identical stacks;
 //!   the capture machinery's own frames are cut off the top.
 //!
+//! The machinery's frames (the unwinder, this crate, c10-core's `DataPtr` drop, the C ABI crate
+//! `tensormem_alloc`, std's panic and closure shims) are the leading frames recognized by name
+//! *or* by source file, up to the first frame that is neither. Names alone do not do: they carry
+//! the module path (`c10_cuda::front::...`) only where the debug info has it; with
+//! `debug = "line-tables-only"` (this workspace's release profile) and in inlined frames they
+//! are bare (`trace`, `full_frames`, `raw_alloc<...>`). So a frame is also the machinery's when
+//! its file lies under the `src` directory of this crate, of `c10-cuda-capi` or of `backtrace`
+//! (the directory as in a workspace, `c10-cuda/src/...`, or as in a registry,
+//! `c10-cuda-0.1.0/src/...`), is c10-core's `src/data_ptr.rs`, or is one of std's shim files
+//! (`std/src/panicking.rs`, `std/src/panic.rs`, `core/src/ops/function.rs`,
+//! `core/src/panic/unwind_safe.rs`). Frames without a file (no debug info) are judged by their
+//! full names, which the symbol table then gives. The user's frames are never cut: the cut
+//! stops at the first frame that is not the machinery's.
+//!
 //! A frame's `name` is the function (`??` when unknown: a `#[track_caller]` location names only
 //! the file, line and column), `filename` the source file, `line` the line, as snapshots write
 //! them (`{filename, line, name}`), so PyTorch's viewer shows them.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::panic::Location;
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -114,7 +130,9 @@ pub fn caller_frames(location: &'static Location<'static>) -> Frames {
 }
 
 /// Leading frames that belong to the capture itself or to the layers the call came through,
-/// cut off full stacks: the unwinder, this crate (the front, this module), c10-core's
+/// cut off full stacks, by their full names (the names where debug info or the symbol table
+/// has the module path; bare release names are recognized by file, see the module docs): the
+/// unwinder, this crate (the front, this module), c10-core's
 /// `DataPtr` (whose drop calls the deleter), std's panic and closure shims (`catch_unwind`,
 /// `__rust_try`), and the C ABI crate
 /// (`tensormem_alloc`, which calls in through the front).
@@ -178,8 +196,74 @@ fn resolve(ip: usize) -> Arc<[Frame]> {
     Arc::from(out)
 }
 
+/// Names that bare (module-less) frame names of the machinery start with, where the file does
+/// not tell (`drop_in_place` glue is in core's `ptr/mod.rs` whatever it drops).
+const MACHINERY_BARE: &[&str] = &["drop_in_place<c10_core::data_ptr::"];
+
+/// Crates whose whole `src` directory is the machinery's (by directory name, see
+/// [`is_crate_dir`]).
+const MACHINERY_CRATES: &[&str] = &[env!("CARGO_PKG_NAME"), "c10-cuda-capi", "backtrace"];
+
+/// Std's panic and closure shims (the paths end so, after `library/`).
+const MACHINERY_STD_FILES: &[&str] = &[
+    "std/src/panicking.rs",
+    "std/src/panic.rs",
+    "core/src/ops/function.rs",
+    "core/src/panic/unwind_safe.rs",
+];
+
+/// Whether `dir` is the directory of crate `krate`: `krate` itself (a workspace member) or
+/// `krate-<version>` (a registry or vendored copy).
+fn is_crate_dir(dir: &OsStr, krate: &str) -> bool {
+    dir.to_str().is_some_and(|d| {
+        d.strip_prefix(krate).is_some_and(|rest| {
+            rest.is_empty()
+                || rest
+                    .strip_prefix('-')
+                    .is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+        })
+    })
+}
+
+/// Whether the source file `filename` is the machinery's (see the module docs).
+fn is_machinery_file(filename: &str) -> bool {
+    let path = Path::new(filename);
+    if MACHINERY_STD_FILES.iter().any(|f| path.ends_with(f)) {
+        return true;
+    }
+    // c10-core's `DataPtr` (its drop calls the deleter): only that file of c10-core.
+    if path.file_name() == Some(OsStr::new("data_ptr.rs")) {
+        let mut up = path.ancestors().skip(1);
+        if let (Some(src), Some(krate)) = (up.next(), up.next()) {
+            if src.file_name() == Some(OsStr::new("src"))
+                && krate
+                    .file_name()
+                    .is_some_and(|k| is_crate_dir(k, "c10-core"))
+            {
+                return true;
+            }
+        }
+    }
+    // A `src` directory anywhere up the path whose parent is a machinery crate's directory.
+    let mut previous: Option<&OsStr> = None;
+    for component in path.components() {
+        let name = component.as_os_str();
+        if name == "src"
+            && previous.is_some_and(|p| MACHINERY_CRATES.iter().any(|k| is_crate_dir(p, k)))
+        {
+            return true;
+        }
+        previous = Some(name);
+    }
+    false
+}
+
 fn is_machinery(frame: &Frame) -> bool {
-    MACHINERY.iter().any(|p| frame.name.starts_with(p))
+    MACHINERY
+        .iter()
+        .chain(MACHINERY_BARE)
+        .any(|p| frame.name.starts_with(p))
+        || is_machinery_file(&frame.filename)
 }
 
 /// The full stack of the calling thread, innermost first, without the capture machinery's
@@ -265,5 +349,82 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     pub fn attach_trace_tracker(&mut self, tracker: TraceTracker) {
         let device = self.device.index();
         self.history.attach_tracker(device, tracker);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(name: &str, filename: &str) -> Frame {
+        Frame {
+            name: Arc::from(name),
+            filename: Arc::from(filename),
+            line: 1,
+        }
+    }
+
+    /// Release-build frame names are bare, so the files tell: this crate's, the C ABI
+    /// crate's and the unwinder's sources (in a workspace or a registry), c10-core's
+    /// `DataPtr`, std's shims; not other files of those directories' neighbours.
+    #[test]
+    fn machinery_files() {
+        let registry = "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f";
+        for file in [
+            "/work/ws/crates/c10-cuda/src/front.rs",
+            "crates/c10-cuda/src/call_site.rs",
+            "/work/ws/crates/c10-cuda/src/config/knobs.rs",
+            &format!("{registry}/c10-cuda-0.1.0/src/call_site.rs"),
+            &format!("{registry}/backtrace-0.3.76/src/backtrace/libunwind.rs"),
+            "/work/ws/crates/c10-cuda-capi/src/guard.rs",
+            "/work/ws/crates/c10-core/src/data_ptr.rs",
+            &format!("{registry}/c10-core-0.1.0/src/data_ptr.rs"),
+            "/rustc/5980/library/std/src/panicking.rs",
+            "/rustc/5980/library/std/src/panic.rs",
+            "/rustc/5980/library/core/src/ops/function.rs",
+            "/rustc/5980/library/core/src/panic/unwind_safe.rs",
+        ] {
+            assert!(is_machinery_file(file), "{file}");
+        }
+        for file in [
+            "??",
+            "/work/ws/crates/c10-cuda/tests/it/history_frames.rs",
+            "/work/ws/crates/c10-cuda/examples/memory-history.rs",
+            "/work/ws/crates/c10-core/src/allocator.rs",
+            "/work/app/src/main.rs",
+            "/work/c10-cuda-tools/src/main.rs",
+            "/work/backtrace-demo/src/main.rs",
+            "/rustc/5980/library/core/src/mem/mod.rs",
+            "/rustc/5980/library/std/src/sys/backtrace.rs",
+        ] {
+            assert!(!is_machinery_file(file), "{file}");
+        }
+    }
+
+    /// Bare names (release builds, inlined frames) of the machinery's frames are recognized by
+    /// their files; full names as before; the user's frames are not.
+    #[test]
+    fn machinery_frames_by_name_or_file() {
+        let ws = "/work/ws/crates";
+        assert!(is_machinery(&frame(
+            "full_frames",
+            &format!("{ws}/c10-cuda/src/call_site.rs")
+        )));
+        assert!(is_machinery(&frame(
+            "raw_alloc<c10_cuda::sim::SimDevice>",
+            &format!("{ws}/c10-cuda/src/front.rs")
+        )));
+        assert!(is_machinery(&frame("c10_cuda::front::delete_block", "??")));
+        assert!(is_machinery(&frame("backtrace::backtrace::trace", "??")));
+        assert!(is_machinery(&frame(
+            "drop_in_place<c10_core::data_ptr::DataPtr>",
+            "/rustc/5980/library/core/src/ptr/mod.rs"
+        )));
+        assert!(!is_machinery(&frame(
+            "drop_in_place<app::Tensor>",
+            "/rustc/5980/library/core/src/ptr/mod.rs"
+        )));
+        assert!(!is_machinery(&frame("main", "/work/app/src/main.rs")));
+        assert!(!is_machinery(&frame("app::main", "??")));
     }
 }

@@ -2,11 +2,13 @@
 //! `_record_memory_history(context=...)`), `#[track_caller]` locations through the front and
 //! c10-core's `Allocator`, full stacks, and the frames read back from the snapshot pickle.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use c10_core::Allocator;
 use c10_cuda::call_site::{HistoryOptions, Stacks};
 use c10_cuda::config::AllocatorConfig;
+use c10_cuda::device::DevicePtr;
 use c10_cuda::history::{Clock, Frame, Frames, TraceAction, TraceEntry};
 use c10_cuda::snapshot::DeviceSnapshot;
 use c10_cuda::snapshot_pickle::snapshot_pickle;
@@ -185,14 +187,36 @@ fn a_deferred_free_completes_with_the_next_mallocs_stack(#[case] context: Record
     assert_eq!(frames_of(&completed[0].frames), here(m));
 }
 
-/// Full stacks start at the caller (the capture machinery and the front cut off) and name
-/// the test function with this file; identical call stacks share one `Frames`.
+/// Allocates 4096 bytes from one call site, whoever calls it.
+#[inline(never)]
+fn alloc_at_one_site(front: &CachingAllocator<SimDevice>) -> (DevicePtr, u32) {
+    (front.raw_alloc(0, 4096).unwrap(), line!())
+}
+
+/// Whether `frame` is in the capture machinery's sources: this crate's `src` (the front, this
+/// module) or the `backtrace` crate's.
+fn in_machinery_file(frame: &Frame) -> bool {
+    let path = Path::new(&*frame.filename);
+    path.parent().is_some_and(|d| d.ends_with("c10-cuda/src"))
+        || path.components().any(|c| {
+            c.as_os_str()
+                .to_str()
+                .is_some_and(|c| c.starts_with("backtrace-"))
+        })
+}
+
+/// Full stacks start at the caller (the capture machinery and the front cut off, in every
+/// build profile: release frames have bare names such as `trace` or `full_frames`) and name
+/// the caller with this file and line; identical call stacks share one `Frames`.
 #[test]
 fn full_stacks_start_at_the_caller() {
     let front = front(RecordContext::All, Stacks::Full);
     let mut ptrs = Vec::new();
-    for _ in 0..2 {
-        ptrs.push(front.raw_alloc(0, 4096).unwrap());
+    // One call site for both allocations: an `#[inline(never)]` helper, called from a loop
+    // whose count the compiler cannot see (a constant count may be unrolled in release, giving
+    // each allocation its own return address and so its own stack).
+    for _ in 0..std::hint::black_box(2) {
+        ptrs.push(alloc_at_one_site(&front));
     }
     let snap = front.snapshot();
     let allocs: Vec<&Frames> = snap[0]
@@ -204,22 +228,32 @@ fn full_stacks_start_at_the_caller() {
     assert_eq!(allocs.len(), 2);
     assert!(
         Arc::ptr_eq(allocs[0], allocs[1]),
-        "the same stack is shared"
+        "the same stack is shared: {:?} vs {:?}",
+        allocs[0],
+        allocs[1]
     );
     let top = &allocs[0][0];
     assert!(
-        top.name.contains("full_stacks_start_at_the_caller"),
-        "the innermost frame is the test, got {top:?}"
+        top.name.contains("alloc_at_one_site"),
+        "the innermost frame is the caller of the front, got {top:?}"
     );
     assert!(top.filename.ends_with("history_frames.rs"), "{top:?}");
-    assert!(top.line > 0);
+    assert_eq!(top.line, ptrs[0].1, "{top:?}");
+    let next = &allocs[0][1];
     assert!(
-        allocs[0]
-            .iter()
-            .all(|f| !f.name.starts_with("c10_cuda::") && !f.name.starts_with("backtrace::")),
-        "no machinery frame"
+        next.name.contains("full_stacks_start_at_the_caller")
+            && next.filename.ends_with("history_frames.rs")
+            && next.line > 0,
+        "then the test, got {next:?}"
     );
-    for p in ptrs {
+    assert!(
+        allocs[0].iter().all(|f| !f.name.starts_with("c10_cuda::")
+            && !f.name.starts_with("backtrace::")
+            && !in_machinery_file(f)),
+        "no machinery frame: {:?}",
+        allocs[0]
+    );
+    for (p, _) in ptrs {
         front.raw_delete(p).unwrap();
     }
     // A `DataPtr` dropped: the stack starts at the drop (the deleter and `DataPtr` cut off).
@@ -238,7 +272,15 @@ fn full_stacks_start_at_the_caller() {
         names
             .iter()
             .any(|n| n.contains("full_stacks_start_at_the_caller")),
-        "{names:?}"
+        "{freed:?}"
+    );
+    assert!(
+        freed.iter().all(|f| !f.name.starts_with("c10_cuda::")
+            && !f.name.starts_with("c10_core::data_ptr::")
+            && !f.name.starts_with("<c10_core::data_ptr::")
+            && !f.filename.ends_with("data_ptr.rs")
+            && !in_machinery_file(f)),
+        "no machinery frame: {freed:?}"
     );
 }
 
