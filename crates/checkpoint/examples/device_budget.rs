@@ -1,7 +1,8 @@
 //! The device-memory budget report (issues 11 and 28), h_DTR^eq, on the five shared DTR logs
 //! and the recorded corpus (`corpus/*.log.gz`), each log in the fit or the report half
 //! (`corpus/README.md`; constants are fitted on the fit half only):
-//! - the summary (default allocator): per log, the smallest ratio (0.05 steps) completing with
+//! - the summary (default allocator; `CONF=expandable_segments:True` or any
+//!   PYTORCH_CUDA_ALLOC_CONF string runs the strategies under those settings): per log, the smallest ratio (0.05 steps) completing with
 //!   overhead <= 1.5 for the allocator-blind run (simrd) and each strategy asked (default
 //!   `callback`, `window` and `window-move-all`, the best on issue 28's logs); the main
 //!   strategy's distance to the blind run, its worst overhead against the blind run at
@@ -175,6 +176,9 @@ fn main() {
     let main_strategy: Strategy =
         std::env::var("MAIN").map_or(Strategy::WindowMoveAll, |v| v.parse().expect("a strategy"));
     let main_name = main_strategy.name();
+    // The allocator settings of the summary's strategy runs (PYTORCH_CUDA_ALLOC_CONF syntax).
+    let conf = std::env::var("CONF").unwrap_or_default();
+    let alloc_conf = AllocatorConfig::parse(&conf).expect("CONF parses");
     let ratios: Vec<f64> = (1..=20).map(|k| k as f64 * 0.05).collect();
     let plain = SweepOptions {
         ratios: ratios.clone(),
@@ -196,6 +200,7 @@ fn main() {
             let options = SweepOptions {
                 device: Some(DeviceOptions {
                     strategies: vec![strategy],
+                    alloc_conf: alloc_conf.clone(),
                     ..DeviceOptions::default()
                 }),
                 ..plain.clone()
@@ -242,7 +247,8 @@ fn main() {
         }
     }
     println!(
-        "\n== smallest device budget (ratio of the no-eviction peak, 0.05 steps) completing with overhead <= 1.5, h_DTR^eq, PyTorch's default allocator"
+        "\n== smallest device budget (ratio of the no-eviction peak, 0.05 steps) completing with overhead <= 1.5, h_DTR^eq, allocator settings {:?}",
+        if conf.is_empty() { "default" } else { &conf }
     );
     let names: Vec<&str> = strategies.iter().map(|s| s.name()).collect();
     println!(

@@ -393,14 +393,18 @@ impl Backend for AllocatorBackend {
         &mut self,
         cost: &dyn Fn(StorageId) -> Option<f64>,
         byte_credit: f64,
+        whole_segment: bool,
         out: &mut Vec<StorageId>,
     ) -> Result<u64, BoxError> {
         let Some(d) = &self.device else {
             return Ok(0);
         };
-        let Some(miss) = d.last_miss else {
+        let Some(mut miss) = d.last_miss else {
             return Ok(0);
         };
+        if whole_segment {
+            miss = crate::backend::whole_segment(miss);
+        }
         let options = RoomOptions {
             byte_credit,
             ..d.room

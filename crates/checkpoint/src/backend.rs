@@ -124,8 +124,10 @@ pub trait Backend {
     /// total cost, appended to `out` (nothing when no plan exists or the backend cannot
     /// plan). `cost(s)` is the cost of evicting storage `s`, or `None` when it cannot be
     /// evicted; a plan making `x` bytes more available than the request needs is credited
-    /// `byte_credit · x` ([`c10_cuda::RoomOptions::byte_credit`]). Returns the number of
-    /// blocks looked at.
+    /// `byte_credit · x` ([`c10_cuda::RoomOptions::byte_credit`]). With `whole_segment`, a
+    /// small-pool request is planned at the size of the segment the allocator would create
+    /// for it (its `alloc_size`, PyTorch's 2 MiB small segment; [`whole_segment`]). Returns the
+    /// number of blocks looked at.
     ///
     /// # Errors
     /// Whatever the backend's planning can fail with.
@@ -133,9 +135,10 @@ pub trait Backend {
         &mut self,
         cost: &dyn Fn(StorageId) -> Option<f64>,
         byte_credit: f64,
+        whole_segment: bool,
         out: &mut Vec<StorageId>,
     ) -> Result<u64, BoxError> {
-        let _ = (cost, byte_credit, out);
+        let _ = (cost, byte_credit, whole_segment, out);
         Ok(0)
     }
 
@@ -221,4 +224,16 @@ impl Backend for NullBackend {
     fn run(&mut self, request: RunRequest<'_>) -> Result<u64, BoxError> {
         Ok(request.known_cost)
     }
+}
+
+/// `miss` as [`Backend::plan_room`] plans it with `whole_segment`: a small-pool request asks for
+/// the room of the whole segment the allocator would create for it (`alloc_size`, 2 MiB), so
+/// that the plan frees (or empties) a small segment once and the next small requests are served
+/// from it, instead of a window of the request's size that the next small request misses
+/// again. Large-pool requests are unchanged.
+pub fn whole_segment(mut miss: c10_cuda::Miss) -> c10_cuda::Miss {
+    if miss.request.pool == c10_cuda::Pool::Small {
+        miss.request.size = miss.request.size.max(miss.request.alloc_size);
+    }
+    miss
 }

@@ -639,11 +639,15 @@ impl Backend for LiveBackend {
         &mut self,
         cost: &dyn Fn(StorageId) -> Option<f64>,
         byte_credit: f64,
+        whole_segment: bool,
         out: &mut Vec<StorageId>,
     ) -> Result<u64, BoxError> {
-        let Some(miss) = self.last_miss else {
+        let Some(mut miss) = self.last_miss else {
             return Ok(0);
         };
+        if whole_segment {
+            miss = crate::backend::whole_segment(miss);
+        }
         let options = RoomOptions {
             byte_credit,
             ..RoomOptions::default()

@@ -218,6 +218,54 @@ fn a_window_whose_copy_would_land_inside_it_holds_its_free_blocks() {
     }
 }
 
+/// Two 2 MiB small segments on a 4 MiB device with `strategy`: the constant and three
+/// 512 KiB tensors in the first, four in the second (each costs 10^6 ns); then four ops ask
+/// for 512 KiB each. Returns the misses, the evictions and which of the seven were evicted.
+fn small_segments(strategy: Strategy) -> (u64, u64, Vec<usize>) {
+    let backend = AllocatorBackend::on_device(AllocatorConfig::default(), 4 * MIB).unwrap();
+    let mut rt = Runtime::new(
+        backend,
+        Config {
+            heuristic: Heuristic::DtrEq,
+            strategy,
+            ..Config::default()
+        },
+    );
+    let c = rt.checkpoint(1024).unwrap();
+    let half = |rt: &mut Runtime<AllocatorBackend>, cost: u64| {
+        rt.compute(OpSpec {
+            cost,
+            args: &[c],
+            outputs: &[OutputSpec::fresh(MIB / 2)],
+        })
+        .unwrap()
+        .get(0)
+    };
+    let ts: Vec<_> = (0..7).map(|_| half(&mut rt, 1_000_000)).collect();
+    assert_eq!(rt.backend().allocator().reserved_bytes() as u64, 4 * MIB);
+    for _ in 0..4 {
+        half(&mut rt, 10);
+    }
+    assert!(rt.backend().report().peak_reserved_bytes <= 4 * MIB);
+    let evicted = (0..7).filter(|&i| !rt.is_defined(ts[i]).unwrap()).collect();
+    (rt.profile().misses, rt.profile().evictions, evicted)
+}
+
+#[test]
+fn a_small_pool_miss_makes_room_for_a_whole_small_segment() {
+    // The device is full of small segments and no free small block holds 512 KiB. `window`
+    // plans for the request's 512 KiB: each of the four requests misses and evicts one
+    // tensor, the stalest, t0..t3 (spread over both segments). `window-move-all` plans for
+    // the 2 MiB segment the allocator would create (`alloc_size`): the first miss empties the
+    // second segment (t3..t6, no copy can land outside it), and the next three requests are
+    // served from it without a miss.
+    assert_eq!(small_segments(Strategy::Window), (4, 4, vec![0, 1, 2, 3]));
+    assert_eq!(
+        small_segments(Strategy::WindowMoveAll),
+        (1, 4, vec![3, 4, 5, 6])
+    );
+}
+
 #[test]
 fn nothing_to_evict_is_out_of_memory() {
     // 3 MiB is a large-pool request: its 20 MiB segment does not fit on a 4 MiB device.
