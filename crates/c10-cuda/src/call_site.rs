@@ -20,7 +20,8 @@
 //! (the directory as in a workspace, `c10-cuda/src/...`, or as in a registry,
 //! `c10-cuda-0.1.0/src/...`), is c10-core's `src/data_ptr.rs`, or is one of std's shim files
 //! (`std/src/panicking.rs`, `std/src/panic.rs`, `core/src/ops/function.rs`,
-//! `core/src/panic/unwind_safe.rs`). Frames without a file (no debug info) are judged by their
+//! `core/src/panic/unwind_safe.rs`), except the C ABI's exported entry points (`tm_malloc`,
+//! `tm_free`, ...), where a C caller's stack starts. Frames without a file (no debug info) are judged by their
 //! full names, which the symbol table then gives. The user's frames are never cut: the cut
 //! stops at the first frame that is not the machinery's.
 //!
@@ -258,7 +259,14 @@ fn is_machinery_file(filename: &str) -> bool {
     false
 }
 
+/// The C ABI's exported entry points (`tm_malloc`, `tm_free`, ...) are where a C or C++
+/// caller's stack enters the allocator: never cut, though their file is `c10-cuda-capi`'s.
+const C_ENTRY_PREFIX: &str = "tm_";
+
 fn is_machinery(frame: &Frame) -> bool {
+    if frame.name.starts_with(C_ENTRY_PREFIX) {
+        return false;
+    }
     MACHINERY
         .iter()
         .chain(MACHINERY_BARE)
@@ -423,6 +431,15 @@ mod tests {
         assert!(!is_machinery(&frame(
             "drop_in_place<app::Tensor>",
             "/rustc/5980/library/core/src/ptr/mod.rs"
+        )));
+        // The C ABI's entry point starts a C program's stack; its internals are cut.
+        assert!(!is_machinery(&frame(
+            "tm_malloc",
+            &format!("{ws}/c10-cuda-capi/src/lib.rs")
+        )));
+        assert!(is_machinery(&frame(
+            "guard<*mut core::ffi::c_void>",
+            &format!("{ws}/c10-cuda-capi/src/guard.rs")
         )));
         assert!(!is_machinery(&frame("main", "/work/app/src/main.rs")));
         assert!(!is_machinery(&frame("app::main", "??")));
