@@ -427,12 +427,14 @@ impl Backend for AllocatorBackend {
     fn make_room_by_moving(
         &mut self,
         movable: &dyn Fn(StorageId) -> bool,
+        new_segments: bool,
     ) -> Result<Option<Moved>, BoxError> {
         let Some(miss) = self.device.as_ref().and_then(|d| d.last_miss) else {
             return Ok(None);
         };
         let (segs, blocks) = self.layout(movable);
-        let Some(plan) = move_plan::plan(&segs, &blocks, &miss, self.alloc.config()) else {
+        let Some(plan) = move_plan::plan(&segs, &blocks, &miss, self.alloc.config(), new_segments)
+        else {
             return Ok(None);
         };
         Ok(self.execute(&plan)?.then_some(Moved {

@@ -147,14 +147,17 @@ pub trait Backend {
     /// storage `s`'s block may move. Returns `None` when no such plan exists or the backend
     /// cannot move; otherwise the moves are done (each storage holds its new block) and the
     /// result says how many blocks and bytes were copied and how many blocks were looked at.
+    /// With `new_segments` a copy that no cached block holds may take a new segment from the
+    /// device's free bytes (the core asks so only when nothing is left to evict).
     ///
     /// # Errors
     /// Whatever the backend's allocation or free can fail with.
     fn make_room_by_moving(
         &mut self,
         movable: &dyn Fn(StorageId) -> bool,
+        new_segments: bool,
     ) -> Result<Option<Moved>, BoxError> {
-        let _ = movable;
+        let _ = (movable, new_segments);
         Ok(None)
     }
 

@@ -24,13 +24,15 @@
 //! the copies), so that no copy's best fit can land there; the holds are freed with the
 //! originals (resnet18-64 at ratio 0.5: the only 196 MiB window holds free 6 and 12 MiB
 //! blocks that were the best fit of its 5 and 9 MiB copies). Only blocks above the small
-//! pool's 1 MiB can be held. The owner checks each copy's address when it makes them and the
+//! pool's 1 MiB can be held. When the owner allows it (its last resort before out of memory),
+//! a window's copy that no cached block holds takes a new segment of the allocator's size for
+//! it (`get_allocation_size`) out of the device's free bytes, as the allocator would. The owner checks each copy's address when it makes them and the
 //! request by retrying `try_malloc`.
 
 use c10_cuda::config::AllocatorConfig;
 use c10_cuda::device::{DevicePtr, StreamId};
 use c10_cuda::segment_view::Pool;
-use c10_cuda::sizes::{SMALL_SIZE, get_allocation_size, round_size, should_split};
+use c10_cuda::sizes::{SMALL_BUFFER, SMALL_SIZE, get_allocation_size, round_size, should_split};
 use c10_cuda::try_malloc::Miss;
 
 /// What a block is to the planner.
@@ -120,12 +122,15 @@ impl MovePlan {
 /// How many of the cheapest windows are replayed before giving up on windows.
 const WINDOWS_TRIED: usize = 8;
 
-/// The cheapest move plan for `miss` over `segs` and `blocks`, or `None`.
+/// The cheapest move plan for `miss` over `segs` and `blocks`, or `None`. With
+/// `new_segments` a window's copies that no cached block holds may take new segments from
+/// the device's free bytes (`miss.device_free`).
 pub(crate) fn plan(
     segs: &[Segment],
     blocks: &[Block],
     miss: &Miss,
     config: &AllocatorConfig,
+    new_segments: bool,
 ) -> Option<MovePlan> {
     let req = miss.request;
     // Windows: (bytes moved, first block, one past the last).
@@ -154,13 +159,20 @@ pub(crate) fn plan(
         }
     }
     windows.sort_unstable();
+    // Bytes a window's copies may take as new segments (not under expandable segments, whose
+    // growth is mapped pages, not replayed here).
+    let fresh = if config.expandable_segments || !new_segments {
+        0
+    } else {
+        miss.device_free
+    };
     for holds in [false, true] {
         for &(_, lo, hi) in windows.iter().take(WINDOWS_TRIED) {
             let vacated = vec![(
                 blocks[lo].ptr,
                 blocks[hi - 1].ptr + blocks[hi - 1].size as u64,
             )];
-            if let Some(p) = replay(segs, blocks, &[(lo, hi)], vacated, config, holds) {
+            if let Some(p) = replay(segs, blocks, &[(lo, hi)], vacated, config, holds, fresh) {
                 return Some(p);
             }
         }
@@ -201,8 +213,10 @@ pub(crate) fn plan(
     if gives < need {
         return None;
     }
-    replay(segs, blocks, &ranges, vacated.clone(), config, false)
-        .or_else(|| replay(segs, blocks, &ranges, vacated, config, true))
+    // The copies of a release plan stay in cached blocks: a new segment for one would take
+    // device bytes the request's segment needs.
+    replay(segs, blocks, &ranges, vacated.clone(), config, false, 0)
+        .or_else(|| replay(segs, blocks, &ranges, vacated, config, true, 0))
 }
 
 fn movable_bytes(b: &Block) -> usize {
@@ -221,6 +235,7 @@ fn replay(
     vacated: Vec<(DevicePtr, DevicePtr)>,
     config: &AllocatorConfig,
     with_holds: bool,
+    device_free: usize,
 ) -> Option<MovePlan> {
     let movers: Vec<Move> = ranges
         .iter()
@@ -236,7 +251,16 @@ fn replay(
         })
         .collect();
     if !with_holds {
-        return fit(segs, blocks, Vec::new(), movers, &vacated, config, true);
+        return fit(
+            segs,
+            blocks,
+            Vec::new(),
+            movers,
+            &vacated,
+            config,
+            true,
+            device_free,
+        );
     }
     // A copy's best fit lies inside the vacated addresses: hold the free blocks there
     // (largest first, each an exact-size request, so the allocator's best fit is that block
@@ -256,7 +280,16 @@ fn replay(
     if holds.is_empty() || holds.iter().any(|h| h.requested <= SMALL_SIZE) {
         return None;
     }
-    fit(segs, blocks, holds, movers, &vacated, config, true)
+    fit(
+        segs,
+        blocks,
+        holds,
+        movers,
+        &vacated,
+        config,
+        true,
+        device_free,
+    )
 }
 
 /// The copies of `victims` (tags, each of a movable block) that can land outside `vacated`,
@@ -280,7 +313,7 @@ pub(crate) fn movable_victims(
             _ => None,
         })
         .collect();
-    fit(segs, blocks, Vec::new(), movers, &vacated, config, false).unwrap_or(MovePlan {
+    fit(segs, blocks, Vec::new(), movers, &vacated, config, false, 0).unwrap_or(MovePlan {
         moves: Vec::new(),
         vacated: Vec::new(),
         bytes: 0,
@@ -290,7 +323,9 @@ pub(crate) fn movable_victims(
 
 /// The best-fit replay of `holds` (in their order: each may land anywhere) and then of
 /// `moves` (largest first). `strict`: `None` as soon as one copy lands in `vacated` or finds
-/// no block (or a hold finds none); otherwise such a copy is left out.
+/// no block (or a hold finds none); otherwise such a copy is left out. `device_free`: bytes
+/// the copies may take as new segments when no cached block holds one (0: none).
+#[allow(clippy::too_many_arguments)] // the layout, the two move lists and three settings
 fn fit(
     segs: &[Segment],
     blocks: &[Block],
@@ -299,6 +334,7 @@ fn fit(
     vacated: &[(DevicePtr, DevicePtr)],
     config: &AllocatorConfig,
     strict: bool,
+    mut device_free: usize,
 ) -> Option<MovePlan> {
     moves.sort_by(|a, b| b.requested.cmp(&a.requested).then(a.from.cmp(&b.from)));
     holds.sort_by(|a, b| b.requested.cmp(&a.requested).then(a.from.cmp(&b.from)));
@@ -323,6 +359,9 @@ fn fit(
     };
     let inside = |ptr: DevicePtr| vacated.iter().any(|&(a, b)| ptr >= a && ptr < b);
     let max_split = config.max_split_size_or_max();
+    // New segments get addresses from the top of the address space down (a replay's own,
+    // outside every vacated range).
+    let mut fresh_base = DevicePtr::MAX;
     let mut bytes = 0u64;
     let mut kept = Vec::with_capacity(moves.len());
     for (k, mut m) in moves.into_iter().enumerate() {
@@ -343,13 +382,33 @@ fn fit(
             .map(|(k, _)| k);
         // PyTorch's get_free_block refuses an oversize block for a small request and a
         // request far smaller than an oversize block.
-        let usable = best.filter(|&k| {
-            let (_, _, fsize, fptr) = free[k];
+        let fits = best.filter(|&k| {
+            let fsize = free[k].2;
             !((size < max_split && fsize >= max_split)
                 || (size >= max_split
-                    && fsize >= size.saturating_add(config.max_non_split_rounding))
-                || (!hold && inside(fptr)))
+                    && fsize >= size.saturating_add(config.max_non_split_rounding)))
         });
+        let usable = match fits {
+            Some(k) if !hold && inside(free[k].3) => None,
+            Some(k) => Some(k),
+            // No cached block serves it: the allocator takes a new segment from the device
+            // when the device has its bytes (`device_free`: only for the copies of a window,
+            // which the request does not need).
+            None => {
+                let seg_size = match pool {
+                    Pool::Small => SMALL_BUFFER,
+                    Pool::Large => get_allocation_size(size),
+                };
+                if seg_size <= device_free {
+                    device_free -= seg_size;
+                    fresh_base -= seg_size as u64;
+                    free.push((pool, stream, seg_size, fresh_base));
+                    Some(free.len() - 1)
+                } else {
+                    None
+                }
+            }
+        };
         let Some(k) = usable else {
             if strict {
                 return None;
@@ -445,6 +504,7 @@ mod tests {
             &blocks,
             &miss(24 * MB, 0),
             &AllocatorConfig::default(),
+            false,
         )
         .unwrap();
         assert_eq!(p.moves.len(), 1);
@@ -471,8 +531,103 @@ mod tests {
                 &segs,
                 &blocks,
                 &miss(24 * MB, 0),
-                &AllocatorConfig::default()
+                &AllocatorConfig::default(),
+                false
             ),
+            None
+        );
+    }
+
+    #[test]
+    fn copies_take_new_segments_when_no_cached_block_holds_them() {
+        // vgg16-32 at ratio 0.55 (window-move-all), at its out-of-memory stop: a 392 MiB
+        // request, nothing evictable; one 392 MiB segment [free 196][live 15.62][free 18]
+        // [live 9][live 9][free 144.38] and a 20 MiB one [live 18][free 2]; 107 MiB left on
+        // the device. No cached block outside the segment holds a copy, but the device has
+        // room for their new segments (16 MiB for the 15.62 MiB copy, one 20 MiB segment for
+        // both 9 MiB copies), so the window is the whole 392 MiB segment.
+        let k = 1024 * 1024 / 100; // 0.01 MiB, in bytes (rounded to 512 below)
+        let live = 15 * MB + 62 * k / 512 * 512;
+        let free_tail = 392 * MB - 196 * MB - live - 18 * MB - 18 * MB;
+        let base_b = 1u64 << 32;
+        let big: Vec<Block> = [
+            (196 * MB, Slot::Free),
+            (live, mv(1, 0)),
+            (18 * MB, Slot::Free),
+            (9 * MB, mv(2, 0)),
+            (9 * MB, mv(3, 0)),
+            (free_tail, Slot::Free),
+        ]
+        .iter()
+        .scan(0u64, |ptr, &(size, slot)| {
+            let b = Block {
+                ptr: *ptr,
+                size,
+                slot: match slot {
+                    Slot::Movable { tag, .. } => Slot::Movable {
+                        tag,
+                        requested: size,
+                    },
+                    s => s,
+                },
+            };
+            *ptr += size as u64;
+            Some(b)
+        })
+        .collect();
+        let (mut segs, small) = layout(&[(base_b, &[(18, mv(4, 18)), (2, Slot::Free)])]);
+        let mut blocks = small;
+        segs[0].first = 6;
+        segs[0].end = 8;
+        blocks.splice(0..0, big);
+        segs.insert(
+            0,
+            Segment {
+                pool: Pool::Large,
+                stream: StreamId::DEFAULT,
+                expandable: false,
+                first: 0,
+                end: 6,
+            },
+        );
+        let config = AllocatorConfig::default();
+        // Without the device's bytes, or without new segments: no plan.
+        assert_eq!(
+            plan(&segs, &blocks, &miss(392 * MB, 0), &config, true),
+            None
+        );
+        assert_eq!(
+            plan(&segs, &blocks, &miss(392 * MB, 107 * MB), &config, false),
+            None
+        );
+        // With 107 MiB left: the 15.62 MiB copy's best fit is the window's own 18 MiB block,
+        // so the window's free blocks are held, and the three copies go to new segments
+        // (16 + 20 MiB).
+        let p = plan(&segs, &blocks, &miss(392 * MB, 107 * MB), &config, true).unwrap();
+        let got: Vec<(u64, usize)> = p.moves.iter().map(|m| (m.tag, m.requested)).collect();
+        assert_eq!(
+            got,
+            [
+                (HOLD, 196 * MB),
+                (HOLD, free_tail),
+                (HOLD, 18 * MB),
+                (1, live),
+                (2, 9 * MB),
+                (3, 9 * MB)
+            ]
+        );
+        assert!(
+            p.moves[3..]
+                .iter()
+                .all(|m| !p.inside(m.to) && m.to > base_b)
+        );
+        assert_eq!(p.copies(), 3);
+        // The two 9 MiB copies share one 20 MiB segment.
+        assert_eq!(p.moves[5].to, p.moves[4].to + (9 * MB) as u64);
+        assert_eq!(p.bytes, (live + 18 * MB) as u64);
+        // 35 MiB left is one byte short of the 16 + 20 MiB segments.
+        assert_eq!(
+            plan(&segs, &blocks, &miss(392 * MB, 36 * MB - 1), &config, true),
             None
         );
     }
@@ -502,11 +657,12 @@ mod tests {
                 }],
                 &[(0, (24 * MB) as u64)],
                 &config,
-                true
+                true,
+                0
             ),
             None
         );
-        let p = plan(&segs, &blocks, &miss(24 * MB, 0), &config).unwrap();
+        let p = plan(&segs, &blocks, &miss(24 * MB, 0), &config, false).unwrap();
         let got: Vec<(u64, u64, usize)> =
             p.moves.iter().map(|m| (m.tag, m.to, m.requested)).collect();
         assert_eq!(
@@ -535,7 +691,8 @@ mod tests {
                 &segs,
                 &blocks,
                 &miss(24 * MB, 0),
-                &AllocatorConfig::default()
+                &AllocatorConfig::default(),
+                false
             ),
             None
         );
@@ -578,6 +735,7 @@ mod tests {
             &blocks,
             &miss(32 * MB, 20 * MB),
             &AllocatorConfig::default(),
+            false,
         )
         .unwrap();
         assert_eq!(p.moves.len(), 1);
