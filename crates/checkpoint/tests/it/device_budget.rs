@@ -27,19 +27,25 @@ use checkpoint::{
 
 const MIB: u64 = 1 << 20;
 
-/// A runtime on a 22 MiB device (a 2 MiB small segment for the constant, a 20 MiB large
-/// segment for ten 2 MiB tensors) with `strategy`, holding the ten tensors: `t1`, `t4`, `t7`
-/// cost 1 ns, the others 10^6 ns.
-fn full_device(strategy: Strategy) -> (Runtime<AllocatorBackend>, Vec<checkpoint::TensorId>) {
-    let backend = AllocatorBackend::on_device(AllocatorConfig::default(), 22 * MIB).unwrap();
-    let mut rt = Runtime::new(
+/// A runtime with h_DTR^eq and `strategy` on a fresh simulated device of `capacity` bytes under
+/// PyTorch's default allocator settings.
+fn dtr_eq_on_device(strategy: Strategy, capacity: u64) -> Runtime<AllocatorBackend> {
+    let backend = AllocatorBackend::on_device(AllocatorConfig::default(), capacity).unwrap();
+    Runtime::new(
         backend,
         Config {
             heuristic: Heuristic::DtrEq,
             strategy,
             ..Config::default()
         },
-    );
+    )
+}
+
+/// A runtime on a 22 MiB device (a 2 MiB small segment for the constant, a 20 MiB large
+/// segment for ten 2 MiB tensors) with `strategy`, holding the ten tensors: `t1`, `t4`, `t7`
+/// cost 1 ns, the others 10^6 ns.
+fn full_device(strategy: Strategy) -> (Runtime<AllocatorBackend>, Vec<checkpoint::TensorId>) {
+    let mut rt = dtr_eq_on_device(strategy, 22 * MIB);
     let c = rt.checkpoint(1024).unwrap();
     let ts = (0..10)
         .map(|i| {
@@ -160,15 +166,7 @@ fn a_fragmentation_miss_moves_one_tensor_instead_of_evicting() {
 /// and `u` (both locked: nothing is evictable) asks for 24 MiB. Returns the runtime and
 /// whether the op completed.
 fn held_window(strategy: Strategy) -> (Runtime<AllocatorBackend>, bool) {
-    let backend = AllocatorBackend::on_device(AllocatorConfig::default(), 56 * MIB).unwrap();
-    let mut rt = Runtime::new(
-        backend,
-        Config {
-            heuristic: Heuristic::DtrEq,
-            strategy,
-            ..Config::default()
-        },
-    );
+    let mut rt = dtr_eq_on_device(strategy, 56 * MIB);
     let c = rt.checkpoint(1024).unwrap();
     let fresh = |rt: &mut Runtime<AllocatorBackend>, bytes: u64, args: &[checkpoint::TensorId]| {
         rt.compute(OpSpec {
@@ -222,15 +220,7 @@ fn a_window_whose_copy_would_land_inside_it_holds_its_free_blocks() {
 /// 512 KiB tensors in the first, four in the second (each costs 10^6 ns); then four ops ask
 /// for 512 KiB each. Returns the misses, the evictions and which of the seven were evicted.
 fn small_segments(strategy: Strategy) -> (u64, u64, Vec<usize>) {
-    let backend = AllocatorBackend::on_device(AllocatorConfig::default(), 4 * MIB).unwrap();
-    let mut rt = Runtime::new(
-        backend,
-        Config {
-            heuristic: Heuristic::DtrEq,
-            strategy,
-            ..Config::default()
-        },
-    );
+    let mut rt = dtr_eq_on_device(strategy, 4 * MIB);
     let c = rt.checkpoint(1024).unwrap();
     let half = |rt: &mut Runtime<AllocatorBackend>, cost: u64| {
         rt.compute(OpSpec {
