@@ -292,7 +292,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
 
     /// Zeroes accumulated stats and counters (PyTorch's `resetAccumulatedStats`).
     pub fn reset_accumulated_stats(&mut self) {
-        self.accounting.kept_mut().reset_accumulated();
+        self.accounting.kept_mut().reset_kept_accumulated();
     }
 
     /// Free cached bytes and the largest free block (PyTorch's `cacheInfo`).
@@ -645,11 +645,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             let remaining_size = block_size - p.size;
             if already_split && not_expandable {
                 // An already-split inactive block shrinks by `size` bytes.
-                decrease(
-                    &mut self.accounting.kept_mut().inactive_split_bytes,
-                    small,
-                    p.size as u64,
-                );
+                self.accounting
+                    .kept_mut()
+                    .count_inactive_split_taken(small, 0, p.size as u64);
             } else if not_expandable {
                 // A new inactive split block appears from a previously unsplit block.
                 increase(
@@ -682,12 +680,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             }
             if already_split && not_expandable {
                 // An already-split block becomes active.
-                decrease(
-                    &mut self.accounting.kept_mut().inactive_split_bytes,
-                    small,
-                    block_size as u64,
-                );
-                decrease(&mut self.accounting.kept_mut().inactive_split, small, 1);
+                self.accounting
+                    .kept_mut()
+                    .count_inactive_split_taken(small, 1, block_size as u64);
             }
             let b = self.blocks.get_mut(found);
             b.allocated = true;
@@ -777,9 +772,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         b.tag = None;
         let has_uses = !b.stream_uses.is_empty();
         let (small, size, requested, stream) = (b.small, b.size, b.requested_size, b.stream);
-        self.accounting
-            .kept_mut()
-            .count_free_requested(small, size as u64);
+        let stats = self.accounting.kept_mut();
+        stats.count_free_requested(small, size as u64);
+        if !has_uses {
+            // The free completes below ([`Self::free_idle_block`]): `requested_bytes` counted
+            // here with the others, one pool index for the three (PyTorch counts it in
+            // `free_block`, after the merges; no other update of that stat in between).
+            stats.count_free_completed(small, requested as u64);
+        }
         self.history
             .record(TraceAction::FreeRequested, ptr, requested as u64, stream);
         if size >= self.max_split() {
@@ -885,13 +885,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let b = self.blocks.get(id);
         debug_assert!(b.is_idle());
         let f = Freed::of(b);
-        self.accounting
-            .kept_mut()
-            .count_deferred_completed(f.small, f.size as u64);
+        let stats = self.accounting.kept_mut();
+        stats.count_deferred_completed(f.small, f.size as u64);
+        stats.count_free_completed(f.small, f.requested as u64);
         self.free_idle_block(id, f);
     }
 
-    /// [`Self::free_block`] with the block's fields already read (by [`Self::free`]).
+    /// [`Self::free_block`] with the block's fields already read (by [`Self::free`]) and
+    /// `requested_bytes` already counted (by both).
     #[inline(always)]
     fn free_idle_block(&mut self, id: BlockId, f: Freed) {
         let Freed {
@@ -907,10 +908,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         } = f;
         self.history
             .record(TraceAction::FreeCompleted, ptr, requested as u64, stream);
-        // Counted first (PyTorch counts it last; no other update of `requested_bytes` between).
-        self.accounting
-            .kept_mut()
-            .count_free_completed(small, requested as u64);
+        // `requested_bytes` was counted by the callers (PyTorch counts it last; no other update
+        // of that stat in between).
         // Merged neighbours leave the inactive split blocks; PyTorch merges the lower one first.
         let mut merged_blocks: i64 = 0;
         let mut merged_bytes: usize = 0;

@@ -483,6 +483,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             .get_mut(&id)
         {
             for s in arr.iter_mut() {
+                // The derived `freed` unchanged (see the note on how the stats are kept).
+                s.freed -= s.current;
                 s.current = 0;
             }
         }

@@ -105,6 +105,14 @@ pub type StatArray = [Stat; 3];
 // peak = the larger of allocation's peak and the kept one (while nothing is pending, active
 // equals allocation). A free without recorded streams thus touches no active stat at all.
 //
+// The pool stats' `freed` is not kept either (the arrays other than `active` and
+// `active_bytes`): a decrease changes `current` only, and `freed` holds the `current` at the
+// last accumulated reset (0 before any), so that `allocated - freed` counts the same as
+// `current - base` and reading derives PyTorch's `freed = allocated - current + base`. An
+// accumulated reset of the kept stats sets `allocated = 0, freed = current`
+// ([`DeviceStats::reset_kept_accumulated`]); a write of `current` outside `increase` and
+// `decrease` moves `freed` with it (a forgotten private pool's).
+//
 // The values read are the same as PyTorch's; a warm malloc/free pair does 10 stat updates
 // instead of PyTorch's 28.
 
@@ -121,7 +129,8 @@ pub(crate) fn increase(arr: &mut StatArray, small: bool, amount: u64) {
     bump(arr, i, 3 - i, amount);
 }
 
-/// Subtracts `amount` from the pool's stat of `arr`.
+/// Subtracts `amount` from the pool's stat of `arr` (its `current` only: `freed` is derived on
+/// read, see the note on how the allocator keeps its arrays).
 #[inline(always)]
 pub(crate) fn decrease(arr: &mut StatArray, small: bool, amount: u64) {
     drop_by(arr, pool_index(small), amount);
@@ -140,7 +149,7 @@ fn bump(arr: &mut StatArray, i: usize, o: usize, amount: u64) {
 /// [`decrease`] with the pool's index computed by the caller.
 #[inline(always)]
 fn drop_by(arr: &mut StatArray, i: usize, amount: u64) {
-    arr[i].decrease(amount);
+    arr[i].current -= amount as i64;
 }
 
 impl DeviceStats {
@@ -205,6 +214,16 @@ impl DeviceStats {
         }
     }
 
+    /// An already split free block shrinks by `bytes` (malloc's split) or leaves the inactive
+    /// split blocks (`blocks` 1: malloc hands it out whole). Out of line: malloc's warm path
+    /// splits unsplit blocks, and the register pressure of the inlined malloc is lower.
+    #[inline(never)]
+    pub(crate) fn count_inactive_split_taken(&mut self, small: bool, blocks: u64, bytes: u64) {
+        let i = pool_index(small);
+        drop_by(&mut self.inactive_split, i, blocks);
+        drop_by(&mut self.inactive_split_bytes, i, bytes);
+    }
+
     /// A block (`requested` bytes asked for) really free (PyTorch's `free_block`):
     /// `requested_bytes` shrinks (`active` and `active_bytes` follow from `allocation` and the
     /// pending frees).
@@ -264,6 +283,10 @@ pub struct DeviceStats {
     /// arrays); a forgotten pool's `current` is 0, its peak and totals stay.
     pub reserved_bytes_by_private_pools: BTreeMap<crate::pool_types::MempoolId, StatArray>,
 }
+
+/// The positions of `active` and `active_bytes` in [`ARRAY_NAMES`] (kept as pending frees).
+const ACTIVE: usize = 2;
+const ACTIVE_BYTES: usize = 6;
 
 /// The nine stat arrays in the order PyTorch's `memory_stats()` emits them.
 const ARRAY_NAMES: [&str; 9] = [
@@ -373,6 +396,11 @@ impl DeviceStats {
     /// derived from `allocation` / `allocated_bytes` and the pending frees kept in their place.
     /// See the note on how the allocator keeps its arrays. Call it once, on a copy.
     pub(crate) fn materialize(&mut self) {
+        fn derive_freed(array: &mut StatArray) {
+            for s in &mut array[1..] {
+                s.freed += s.allocated - s.current;
+            }
+        }
         fn sum(array: &mut StatArray) {
             let [aggregate, small_pool, large_pool] = array;
             aggregate.current = small_pool.current + large_pool.current;
@@ -389,10 +417,16 @@ impl DeviceStats {
                 };
             }
         }
-        self.arrays_mut().into_iter().for_each(sum);
-        self.reserved_bytes_by_private_pools
-            .values_mut()
-            .for_each(sum);
+        for (k, array) in self.arrays_mut().into_iter().enumerate() {
+            if k != ACTIVE && k != ACTIVE_BYTES {
+                derive_freed(array);
+            }
+            sum(array);
+        }
+        for array in self.reserved_bytes_by_private_pools.values_mut() {
+            derive_freed(array);
+            sum(array);
+        }
         derive(&mut self.active, &self.allocation);
         derive(&mut self.active_bytes, &self.allocated_bytes);
     }
@@ -426,6 +460,26 @@ impl DeviceStats {
         self.oversize_segments.reset_peak();
         for array in self.reserved_bytes_by_private_pools.values_mut() {
             array.iter_mut().for_each(Stat::reset_peak);
+        }
+    }
+
+    /// [`DeviceStats::reset_accumulated`] on the stats as the allocator keeps them: the pool
+    /// stats' `freed` becomes the base of the derived one, their `current` (see the note on how
+    /// the allocator keeps its arrays).
+    pub(crate) fn reset_kept_accumulated(&mut self) {
+        self.reset_accumulated();
+        let mut arrays = self.arrays_mut();
+        for (k, array) in arrays.iter_mut().enumerate() {
+            if k != ACTIVE && k != ACTIVE_BYTES {
+                for s in array.iter_mut() {
+                    s.freed = s.current;
+                }
+            }
+        }
+        for array in self.reserved_bytes_by_private_pools.values_mut() {
+            for s in array.iter_mut() {
+                s.freed = s.current;
+            }
         }
     }
 
@@ -535,6 +589,12 @@ mod tests {
         ]
     }
 
+    #[test]
+    fn active_positions() {
+        assert_eq!(ARRAY_NAMES[ACTIVE], "active");
+        assert_eq!(ARRAY_NAMES[ACTIVE_BYTES], "active_bytes");
+    }
+
     /// PyTorch's update of one array: the pool's stat and the aggregate's.
     fn both(array: &mut StatArray, small: bool, amount: u64, up: bool) {
         for t in [0, pool_index(small)] {
@@ -597,7 +657,7 @@ mod tests {
                         model.reset_peak();
                     }
                     Step::ResetAccumulated => {
-                        kept.reset_accumulated();
+                        kept.reset_kept_accumulated();
                         model.reset_accumulated();
                     }
                     Step::Free { .. } | Step::Complete { .. } => {}

@@ -60,16 +60,21 @@
 //! cold); missed: the 10x torch targets and the 50 ns warm pair. Callgrind
 //! (`TENSORMEM_ALLOC_PROFILE=warm_pair_512B:warm:1`) counts 775 instructions per warm 512 B pair
 //! on this code (commit d522443; 1,010 on 12-02) against PyTorch's about 4,100. Since then
-//! (issue 30; no wall-clock run yet): 695 at commit 6cdfa4e (`warm_pair_512B:front-warm:2`,
-//! through the thread-safe front, 924), on real traces 5% to 7% fewer than on 498eee2 (1,468 to
-//! 1,682 per pair). By file: the free index 182, `allocator.rs` 110, stats 104 (10 stat updates
-//! of about 10 each), the block arena 66 (the malloc split, about 36: the new block's fields,
-//! its links, the free-list pop; the compiler already builds it in place, so there is no
-//! 128-byte copy to save), slice indexing 43, Vec pointer reloads 35, the pointer map 32, `cmp`
-//! 21, sizes 15, the bench's own loop 12; about 80 are stack spills and reloads. 10x needs about
-//! 410: what is left is fewer stores and reloads per operation rather than one hot spot
-//! (link-only free-index nodes, about 15; 64-byte hot blocks with cold fields in side tables,
-//! under 10 net, since the GC stamp and the tag clear would then write a second table).
+//! (issue 30; no wall-clock run yet): 672 at commit ef356b4 (695 at 6cdfa4e;
+//! `warm_pair_512B:front-warm:2`, through the thread-safe front, 944, up from 924: the front's
+//! inlined malloc moves its result through the stack and spills more, see that commit), on real
+//! traces 5% to 7% fewer than on 498eee2 (0.3% to 0.6% fewer than on 964ad84). By file: the
+//! free index 171, `allocator.rs` 109, stats 96 (10 stat updates; a decrease is one
+//! subtraction from `current` after the pool index, `freed` being derived on read; an increase
+//! about 14 with its two branch-free peaks), the block arena 65 (the malloc split, about 36: the new block's fields, its links,
+//! the free-list pop; the compiler already builds it in place, so there is no 128-byte copy to
+//! save), slice indexing 43 (mostly address arithmetic; the few bounds checks left appear to be
+//! the bench loop's slot tables), Vec pointer reloads 36, the pointer map 32, `cmp` 25, sizes 14, the
+//! bench's own loop 12; about 77 are stack spills and reloads. 10x needs about 410: what is
+//! left is fewer stores and reloads per operation rather than one hot spot (link-only
+//! free-index nodes, about 15; 64-byte hot blocks with cold fields in side tables, under 10
+//! net, since the GC stamp and the tag clear would then write a second table; pool-major
+//! stats, so one pool index serves every array).
 //! On real traces the wall time also goes to mispredicted data-dependent branches (callgrind's
 //! branch simulation: about 6 per pair on the largest trace), which is why the branch-free peak
 //! maxima, the quarter-full pointer map and the longer class lists (see `free_index.rs`) were
