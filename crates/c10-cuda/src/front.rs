@@ -12,7 +12,7 @@ use c10_core::{Allocator, DataPtr, Device, DeviceType};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxBuildHasher;
 
-use crate::allocator::{Allocation, CacheInfo, DeviceCachingAllocator};
+use crate::allocator::{CacheInfo, DeviceCachingAllocator};
 use crate::call_site::{self, HistoryOptions, Stacks};
 use crate::config::AllocatorConfig;
 use crate::device::{DeviceMemory, DevicePtr, StreamId};
@@ -251,8 +251,8 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             }
         }
         // The device lock is released here: observers may call back into the allocator.
-        let allocation = match result {
-            Ok(a) => a,
+        let ptr = match result {
+            Ok(p) => p,
             Err(Error::OutOfMemory(oom)) => {
                 let observers = self.oom_observers.read().clone();
                 if !observers.is_empty() {
@@ -266,14 +266,12 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             Err(e) => return Err(e),
         };
         if !self.single {
-            self.shard(allocation.ptr)
-                .lock()
-                .insert(allocation.ptr, device);
+            self.shard(ptr).lock().insert(ptr, device);
         }
         if self.caches.may_serve(size) {
-            self.caches.handed_out(allocation.ptr, key);
+            self.caches.handed_out(ptr, key);
         }
-        Ok(allocation.ptr)
+        Ok(ptr)
     }
 
     /// The malloc of one device under its lock, the free-memory callbacks run unlocked between
@@ -284,18 +282,18 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         size: usize,
         stream: StreamId,
         context: Option<Frames>,
-    ) -> Result<Allocation> {
+    ) -> Result<DevicePtr> {
         let mut guard = self.lock(dev);
         let cached = with_context(&mut guard, context.clone(), |a| {
             a.try_malloc_cached(size, stream)
         })?;
         if let Some(a) = cached {
-            return Ok(a);
+            return Ok(a.ptr);
         }
         let callbacks = self.callbacks.read().clone();
         if callbacks.is_empty() {
             return with_context(&mut guard, context, |a| {
-                a.malloc_uncached(size, stream, false)
+                a.malloc_uncached(size, stream, false).map(|a| a.ptr)
             });
         }
         // Callbacks may free blocks (and so take this lock): run them unlocked.
@@ -305,7 +303,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             freed |= cb();
         }
         with_context(&mut dev.lock(), context, |a| {
-            a.malloc_uncached(size, stream, freed)
+            a.malloc_uncached(size, stream, freed).map(|a| a.ptr)
         })
     }
 

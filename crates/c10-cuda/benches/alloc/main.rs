@@ -61,8 +61,9 @@
 //! (`TENSORMEM_ALLOC_PROFILE=warm_pair_512B:warm:1`) counts 775 instructions per warm 512 B pair
 //! on this code (commit d522443; 1,010 on 12-02) against PyTorch's about 4,100. Since then
 //! (issue 30; no wall-clock run yet): 672 at commit ef356b4 (695 at 6cdfa4e;
-//! `warm_pair_512B:front-warm:2`, through the thread-safe front, 944, up from 924: the front's
-//! inlined malloc moves its result through the stack and spills more, see that commit), on real
+//! `warm_pair_512B:front-warm:2`, through the thread-safe front, 912 (28,320,655 -> 27,360,697 Ir
+//! for 30,000 pairs) since the front's `malloc_locked` returns only the address: at ef356b4 it
+//! moved the whole `Allocation` result through the stack, 944, up from 924), on real
 //! traces 5% to 7% fewer than on 498eee2 (0.3% to 0.6% fewer than on 964ad84). By file: the
 //! free index 171, `allocator.rs` 109, stats 96 (10 stat updates; a decrease is one
 //! subtraction from `current` after the pool index, `freed` being derived on read; an increase
