@@ -69,12 +69,15 @@
 //!   1 MiB) make room for the whole 2 MiB small segment the allocator would create for it
 //!   ([`crate::backend::whole_segment`]), not for the request alone: when the device is full
 //!   of segments and no free small block holds the request, a window of the request's size
-//!   frees one small storage, and the next small request misses again (lstm-32 at ratio 0.60:
-//!   9,803 of 10,369 misses); a whole segment's window or release serves the next ones.
+//!   frees one small storage, and the next small request misses again (lstm-32 at ratio 0.60,
+//!   before this: 10,369 misses, 9,803 of whose move tries found no plan); a whole segment's
+//!   window or release serves the next ones. (The eviction plans only: a move plan
+//!   ([`Backend::make_room_by_moving`]) answers the request's own miss.)
 //!
 //! Both moving strategies, when nothing is left to evict (out of memory otherwise) while the
-//! storages' bytes fit, try one more window plan whose copies may take new segments from the
-//! device's free bytes where no cached block holds them (vgg16-32 at 0.55: every storage
+//! storages' bytes fit, try one last move plan per allocation (a window or segments released)
+//! whose copies may take new segments from the device's free bytes where no cached block holds
+//! them; if the retry still misses, the allocation is out of memory (vgg16-32 at 0.55: every storage
 //! locked by the running call, a 392 MiB request, its one window's 33.6 MiB of copies with
 //! nowhere cached to go and 107 MiB left on the device). Only then: allowed on every miss it
 //! put lstm and gpt-4 off the targets on the fit half.
@@ -275,6 +278,7 @@ impl<B: Backend> Runtime<B> {
             compute_ns: self.storages[s.index()].compute,
         };
         self.room_moves = 0;
+        self.room_last_resort = false;
         loop {
             match self.backend.try_allocate(request).map_err(Error::Backend)? {
                 AllocOutcome::Done => return Ok(()),
@@ -286,6 +290,7 @@ impl<B: Backend> Runtime<B> {
     /// [`Runtime::allocate_on_device`] for the duplicates of a run.
     pub(crate) fn allocate_scratch_on_device(&mut self, bytes: u64) -> Result<()> {
         self.room_moves = 0;
+        self.room_last_resort = false;
         loop {
             match self
                 .backend
@@ -386,10 +391,17 @@ impl<B: Backend> Runtime<B> {
             victims.extend(self.choose());
         }
         self.profile.search_ns += start.elapsed().as_nanos() as u64;
-        if victims.is_empty() && strategy.moves() && self.memory <= capacity {
-            // Nothing left to evict: a last move plan whose copies may take new segments from
-            // the device's free bytes (vgg16-32 at 0.55: every storage locked, a 392 MiB
-            // request, the one window's 33.6 MiB of copies held by no cached block).
+        if victims.is_empty()
+            && strategy.moves()
+            && self.memory <= capacity
+            && !self.room_last_resort
+        {
+            // Nothing left to evict: one last move plan per allocation whose copies may take
+            // new segments from the device's free bytes (vgg16-32 at 0.55: every storage
+            // locked, a 392 MiB request, the one window's 33.6 MiB of copies held by no cached
+            // block). Once only: a retry that still misses is out of memory, never a loop of
+            // copies between windows.
+            self.room_last_resort = true;
             let storages = &self.storages;
             let movable = |s: StorageId| storages.get(s.index()).is_some_and(|st| st.is_material());
             let moved = self

@@ -231,6 +231,9 @@ pub struct Runtime<B: Backend> {
     /// Move plans made for the allocation being served (the moving strategies try a few,
     /// then evict).
     pub(crate) room_moves: u32,
+    /// Whether the current allocation has spent its one last-resort move plan (copies that may
+    /// take new segments, when nothing is left to evict).
+    pub(crate) room_last_resort: bool,
     /// In-place updates being run: (new storage, old storage whose bytes it takes).
     in_place: Vec<(StorageId, StorageId)>,
 }
@@ -271,6 +274,7 @@ impl<B: Backend> Runtime<B> {
             room_costs: Vec::new(),
             room_victims: Vec::new(),
             room_moves: 0,
+            room_last_resort: false,
             in_place: Vec::new(),
         }
     }

@@ -10,7 +10,8 @@
 //!   on every log of the recorded corpus at two budgets; `window-deficit` and `window-move`
 //!   (a fragmentation miss answered by one copy) on the hand-built segment; the moving
 //!   strategies holding a window's free blocks so that its copy lands outside (nothing
-//!   evictable: `window` runs out of memory there);
+//!   evictable: `window` runs out of memory there); `window-move-all` planning a small-pool
+//!   miss for a whole 2 MiB small segment;
 //! - `#[ignore]`d, run by `cargo xtask soak` in release: the full grid (every strategy and
 //!   layout at ratios 0.05 .. 1.0) and the figures for `window` on the default
 //!   allocator: per log the smallest budget completing with overhead <= 1.5 within 0.05 of the
