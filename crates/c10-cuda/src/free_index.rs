@@ -16,8 +16,9 @@
 //!   top word over the 64 summary words. A search checks the requested class's own word first,
 //!   then the summary word of the next words, and the top word only when that summary word is
 //!   empty (never in the small pool, whose words share summary word 0). Setting a class is
-//!   branch-free (three `|=`); clearing one is a single `&=`: the upper levels may keep stale
-//!   bits for emptied words, which the next search that meets them clears. Indexes are masked
+//!   branch-free (three `|=`), or one `|=` when a key moves to a class of the word it left
+//!   (`rekey`: a split segment's remainder); clearing one is a single `&=`: the upper levels
+//!   may keep stale bits for emptied words, which the next search that meets them clears. Indexes are masked
 //!   to the array sizes, so the bitmap has no bounds checks.
 //! - **Class heads.** A flat `Vec<u32>` of each class's first block (or [`NIL`]), presized for
 //!   the pool's usual sizes (the small pool: all 4,096 classes, 16 KiB) and grown only when a
@@ -156,6 +157,14 @@ impl Bitmap {
         self.words[w] |= 1 << (c & 63);
         *self.summary[w >> 6].get_mut() |= 1 << (w & 63);
         *self.top.get_mut() |= 1 << (w >> 6);
+    }
+
+    /// Marks class `c` non-empty when its word's upper-level bits are known to be set (its word
+    /// was non-zero since the last search: see [`Bitmap`]), so only the word changes.
+    #[inline(always)]
+    fn set_in_set_word(&mut self, c: usize) {
+        debug_assert!(c < CLASSES);
+        self.words[(c >> 6) & (WORDS - 1)] |= 1 << (c & 63);
     }
 
     /// Marks class `c` empty (its word's upper-level bits stay: see [`Bitmap`]).
@@ -501,7 +510,7 @@ impl FreeIndex {
         if c >= f.heads.len() {
             f.grow_heads(c);
         }
-        link(&mut self.nodes, f, c, &k);
+        link(&mut self.nodes, f, c, &k, false);
         self.len += 1;
     }
 
@@ -581,11 +590,11 @@ impl FreeIndex {
             }
         };
         // Unlink `old` from its class list (as `remove_present`).
+        let c_old = class_of(old.size);
         if prev == NIL {
-            let c = class_of(old.size);
-            *f.head_of_used(c) = next;
+            *f.head_of_used(c_old) = next;
             if next == NIL {
-                f.bitmap.clear(c);
+                f.bitmap.clear(c_old);
             }
         } else {
             self.nodes.at_mut(prev).next = next;
@@ -593,12 +602,14 @@ impl FreeIndex {
         if next != NIL {
             self.nodes.at_mut(next).prev = prev;
         }
-        // Link `new` (as `insert`).
+        // Link `new` (as `insert`). `old`'s class was non-empty, so the upper levels of its
+        // word are set: a remainder in the same word (a split small-pool segment's always is)
+        // sets its class's bit alone.
         let c = class_of(new.size);
         if c >= f.heads.len() {
             f.grow_heads(c);
         }
-        link(&mut self.nodes, f, c, new);
+        link(&mut self.nodes, f, c, new, c >> 6 == c_old >> 6);
     }
 
     /// [`Self::remove_present`] for a block of a long class.
@@ -752,10 +763,11 @@ impl FreeIndex {
 }
 
 /// Links block `k` (whose id is below the node table's length) into class `c` of `f` (whose
-/// head slot exists) at its `(size, rank, address)` position, and marks the class non-empty. A
+/// head slot exists) at its `(size, rank, address)` position, and marks the class non-empty
+/// (its word alone when `word_set`: the bitmap's upper levels already cover `c`'s word). A
 /// list that grows past [`LONG_CLASS`] moves to a B-tree.
 #[inline(always)]
-fn link(nodes: &mut Nodes, f: &mut StreamFree, c: usize, k: &SizeKey) {
+fn link(nodes: &mut Nodes, f: &mut StreamFree, c: usize, k: &SizeKey, word_set: bool) {
     let order = (k.size, k.rank, k.ptr);
     let StreamFree {
         bitmap,
@@ -767,7 +779,11 @@ fn link(nodes: &mut Nodes, f: &mut StreamFree, c: usize, k: &SizeKey) {
     let head = unsafe { heads.get_unchecked_mut(c) };
     let (prev, next) = if *head == NIL {
         *head = k.id.0;
-        bitmap.set(c);
+        if word_set {
+            bitmap.set_in_set_word(c);
+        } else {
+            bitmap.set(c);
+        }
         (NIL, NIL)
     } else if nodes.at(*head).prev == TREE {
         write_node(nodes, k, TREE, TREE);
