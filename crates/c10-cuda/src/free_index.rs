@@ -510,7 +510,7 @@ impl FreeIndex {
         if c >= f.heads.len() {
             f.grow_heads(c);
         }
-        link(&mut self.nodes, f, c, &k, false);
+        link::<false>(&mut self.nodes, f, c, &k, false);
         self.len += 1;
     }
 
@@ -573,7 +573,7 @@ impl FreeIndex {
     /// second stream lookup and the count.
     #[inline(always)]
     pub(crate) fn rekey(&mut self, old: &SizeKey, new: &SizeKey) {
-        debug_assert!(old.id == new.id && old.stream == new.stream);
+        debug_assert!(old.id == new.id && old.stream == new.stream && old.rank == new.rank);
         debug_assert!(
             self.contains(old),
             "re-keying a key that is not in the index"
@@ -609,7 +609,7 @@ impl FreeIndex {
         if c >= f.heads.len() {
             f.grow_heads(c);
         }
-        link(&mut self.nodes, f, c, new, c >> 6 == c_old >> 6);
+        link::<true>(&mut self.nodes, f, c, new, c >> 6 == c_old >> 6);
     }
 
     /// [`Self::remove_present`] for a block of a long class.
@@ -765,9 +765,16 @@ impl FreeIndex {
 /// Links block `k` (whose id is below the node table's length) into class `c` of `f` (whose
 /// head slot exists) at its `(size, rank, address)` position, and marks the class non-empty
 /// (its word alone when `word_set`: the bitmap's upper levels already cover `c`'s word). A
-/// list that grows past [`LONG_CLASS`] moves to a B-tree.
+/// list that grows past [`LONG_CLASS`] moves to a B-tree. `REKEYED`: `k`'s node already holds
+/// its rank and stream (a [`FreeIndex::rekey`] keeps both), so a list link writes the rest.
 #[inline(always)]
-fn link(nodes: &mut Nodes, f: &mut StreamFree, c: usize, k: &SizeKey, word_set: bool) {
+fn link<const REKEYED: bool>(
+    nodes: &mut Nodes,
+    f: &mut StreamFree,
+    c: usize,
+    k: &SizeKey,
+    word_set: bool,
+) {
     let order = (k.size, k.rank, k.ptr);
     let StreamFree {
         bitmap,
@@ -817,7 +824,12 @@ fn link(nodes: &mut Nodes, f: &mut StreamFree, c: usize, k: &SizeKey, word_set: 
         }
         (at, next)
     };
-    write_node(nodes, k, prev, next);
+    if REKEYED {
+        let n = nodes.at_mut(k.id.0);
+        (n.prev, n.next, n.ptr, n.size) = (prev, next, k.ptr, k.size);
+    } else {
+        write_node(nodes, k, prev, next);
+    }
 }
 
 /// Stores block `k`'s node: its key and its links.
