@@ -643,19 +643,17 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             // The allocation takes the low addresses; the remainder keeps the old id. The stats
             // first (they do not depend on the blocks' bookkeeping).
             let remaining_size = block_size - p.size;
+            let stats = self.accounting.kept_mut();
+            let (size, requested) = (p.size as u64, p.orig_size as u64);
             if already_split && not_expandable {
                 // An already-split inactive block shrinks by `size` bytes.
-                self.accounting
-                    .kept_mut()
-                    .count_inactive_split_taken(small, 0, p.size as u64);
+                stats.count_inactive_split_taken(small, 0, size);
+                stats.count_alloc(small, size, requested);
             } else if not_expandable {
                 // A new inactive split block appears from a previously unsplit block.
-                increase(
-                    &mut self.accounting.kept_mut().inactive_split_bytes,
-                    small,
-                    remaining_size as u64,
-                );
-                increase(&mut self.accounting.kept_mut().inactive_split, small, 1);
+                stats.count_alloc_new_split(small, size, requested, remaining_size as u64);
+            } else {
+                stats.count_alloc(small, size, requested);
             }
             let remaining = found;
             let piece = (ptr, p.size, p.orig_size);
@@ -678,12 +676,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                     .blocks
                     .remove_present(&old);
             }
+            let stats = self.accounting.kept_mut();
             if already_split && not_expandable {
                 // An already-split block becomes active.
-                self.accounting
-                    .kept_mut()
-                    .count_inactive_split_taken(small, 1, block_size as u64);
+                stats.count_inactive_split_taken(small, 1, block_size as u64);
             }
+            stats.count_alloc(small, block_size as u64, p.orig_size as u64);
             let b = self.blocks.get_mut(found);
             b.allocated = true;
             b.requested_size = p.orig_size;
@@ -692,9 +690,6 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.history
             .record(TraceAction::Alloc, ptr, p.orig_size as u64, p.stream);
         self.blocks.allocated.insert_new(ptr, id);
-        self.accounting
-            .kept_mut()
-            .count_alloc(small, size as u64, p.orig_size as u64);
         if size >= self.max_split() {
             self.accounting.kept_mut().oversize_allocations.increase(1);
         }

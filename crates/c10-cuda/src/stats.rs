@@ -168,6 +168,29 @@ impl DeviceStats {
         }
     }
 
+    /// [`Self::count_alloc`] of a block split from an unsplit one, whose remainder of
+    /// `remaining` bytes becomes a new inactive split block (`inactive_split` and
+    /// `inactive_split_bytes` grow): the five increases with one pool index.
+    #[inline(always)]
+    pub(crate) fn count_alloc_new_split(
+        &mut self,
+        small: bool,
+        size: u64,
+        requested: u64,
+        remaining: u64,
+    ) {
+        let i = pool_index(small);
+        let o = 3 - i;
+        bump(&mut self.inactive_split_bytes, i, o, remaining);
+        bump(&mut self.inactive_split, i, o, 1);
+        bump(&mut self.allocation, i, o, 1);
+        bump(&mut self.allocated_bytes, i, o, size);
+        bump(&mut self.requested_bytes, i, o, requested);
+        if self.active[1].current | self.active[2].current != 0 {
+            self.note_active_peaks();
+        }
+    }
+
     /// While a free is pending, active is more than allocation: keeps the kept `active` and
     /// `active_bytes` peaks (see the note on how the allocator keeps its arrays).
     #[cold]
