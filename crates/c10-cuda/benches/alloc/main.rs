@@ -64,7 +64,9 @@
 //! `warm_pair_512B:front-warm:2`, through the thread-safe front, 912 (28,320,655 -> 27,360,697 Ir
 //! for 30,000 pairs) since the front's `malloc_locked` returns only the address: at ef356b4 it
 //! moved the whole `Allocation` result through the stack, 944, up from 924), on real
-//! traces 5% to 7% fewer than on 498eee2 (0.3% to 0.6% fewer than on 964ad84). By file: the
+//! traces 5% to 7% fewer than on 498eee2 (0.3% to 0.6% fewer than on 964ad84); 659 at 8df48c1
+//! (front-warm:2 887: a split's remainder sets its class bit alone, a re-keyed node keeps its
+//! rank and stream, malloc's five stat increases share one pool index). By file at ef356b4: the
 //! free index 171, `allocator.rs` 109, stats 96 (10 stat updates; a decrease is one
 //! subtraction from `current` after the pool index, `freed` being derived on read; an increase
 //! about 14 with its two branch-free peaks), the block arena 65 (the malloc split, about 36: the new block's fields, its links,
