@@ -402,13 +402,12 @@ impl<B: Backend> Runtime<B> {
             // block). Once only: a retry that still misses is out of memory, never a loop of
             // copies between windows.
             self.room_last_resort = true;
+            let start = Instant::now();
             let storages = &self.storages;
             let movable = |s: StorageId| storages.get(s.index()).is_some_and(|st| st.is_material());
-            let moved = self
-                .backend
-                .make_room_by_moving(&movable, true)
-                .map_err(Error::Backend)?;
-            if let Some(m) = moved {
+            let moved = self.backend.make_room_by_moving(&movable, true);
+            self.profile.search_ns += start.elapsed().as_nanos() as u64;
+            if let Some(m) = moved.map_err(Error::Backend)? {
                 self.charge_moves(m);
                 self.room_victims = victims;
                 return Ok(());
