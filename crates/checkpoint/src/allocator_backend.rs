@@ -45,7 +45,9 @@ pub struct AllocatorReport {
     pub max_unused_reserved_bytes: u64,
     /// Device allocations (`cudaMalloc` calls).
     pub device_mallocs: u64,
-    /// Allocation requests.
+    /// Allocation requests served: the storages' (and a run's duplicates'), and the copies of
+    /// blocks moved out of the way. The holds of a move plan (free blocks allocated for the
+    /// time of its copies, `move_plan.rs`) are not counted: nothing is stored in them.
     pub requests: u64,
 }
 
@@ -189,6 +191,11 @@ impl AllocatorBackend {
     /// Counts a served request and updates the peaks.
     fn note_malloc(&mut self) {
         self.report.requests += 1;
+        self.note_peaks();
+    }
+
+    /// Updates the peaks.
+    fn note_peaks(&mut self) {
         let allocated = self.alloc.allocated_bytes() as u64;
         let reserved = self.alloc.reserved_bytes() as u64;
         let r = &mut self.report;
@@ -291,7 +298,11 @@ impl AllocatorBackend {
                 .try_malloc_placed(m.requested, StreamId::DEFAULT, Placement::Low)?
             {
                 MallocOutcome::Allocated(a) => {
-                    self.note_malloc();
+                    if m.tag == move_plan::HOLD {
+                        self.note_peaks();
+                    } else {
+                        self.note_malloc();
+                    }
                     copies.push(a.ptr);
                     if m.tag != move_plan::HOLD && plan.inside(a.ptr) {
                         ok = false;

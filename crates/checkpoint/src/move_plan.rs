@@ -273,7 +273,7 @@ fn replay(
         .map(|b| Move {
             tag: HOLD,
             from: b.ptr,
-            requested: b.size,
+            requested: hold_request(b.size, config),
             to: 0,
         })
         .collect();
@@ -290,6 +290,24 @@ fn replay(
         true,
         device_free,
     )
+}
+
+/// The request that holds a free block of `size` bytes: the largest whose rounded size
+/// (`round_size`) is at most `size`, so that the allocator's best fit can be the block itself.
+/// That is `size` unless `roundup_power2_divisions` rounds it up (a block between two of its
+/// steps, such as a split block's remainder; the rounded request would need a larger block or
+/// a new segment): then the step at or below it. A block it leaves over is held next
+/// ([`fit`]).
+fn hold_request(size: usize, config: &AllocatorConfig) -> usize {
+    if round_size(size, config) <= size {
+        return size;
+    }
+    // Rounded up: power-of-two divisions apply (`size` > 512 · divisions), and the steps
+    // between `floor` and `2 · floor` are `floor / divisions` (at least 512) apart.
+    let divisions = config.roundup_power2_divisions_for(size).max(1);
+    let floor = 1usize << (usize::BITS - 1 - size.leading_zeros());
+    let step = (floor >> divisions.trailing_zeros()).max(1);
+    size & !(step - 1)
 }
 
 /// The copies of `victims` (tags, each of a movable block) that can land outside `vacated`,
@@ -321,10 +339,13 @@ pub(crate) fn movable_victims(
     })
 }
 
-/// The best-fit replay of `holds` (in their order: each may land anywhere) and then of
+/// The best-fit replay of `holds` (largest first: each may land anywhere) and then of
 /// `moves` (largest first). `strict`: `None` as soon as one copy lands in `vacated` or finds
 /// no block (or a hold finds none); otherwise such a copy is left out. `device_free`: bytes
-/// the copies may take as new segments when no cached block holds one (0: none).
+/// the copies may take as new segments when no cached block holds one (0: none); a hold
+/// never takes one (it is there to fill the vacated addresses, not to grow the device).
+/// When a hold's request is smaller than its block ([`hold_request`]) and the block splits,
+/// the part left free inside `vacated` is held next, the same way.
 #[allow(clippy::too_many_arguments)] // the layout, the two move lists and three settings
 fn fit(
     segs: &[Segment],
@@ -338,9 +359,12 @@ fn fit(
 ) -> Option<MovePlan> {
     moves.sort_by(|a, b| b.requested.cmp(&a.requested).then(a.from.cmp(&b.from)));
     holds.sort_by(|a, b| b.requested.cmp(&a.requested).then(a.from.cmp(&b.from)));
-    let n_holds = holds.len();
-    holds.append(&mut moves);
-    let moves = holds;
+    // (move, whether it is a hold), in the order they are allocated.
+    let mut queue: std::collections::VecDeque<(Move, bool)> = holds
+        .drain(..)
+        .map(|m| (m, true))
+        .chain(moves.drain(..).map(|m| (m, false)))
+        .collect();
     // The free blocks of every (pool, stream): (pool, stream, size, address).
     let mut free: Vec<(Pool, StreamId, usize, DevicePtr)> = Vec::new();
     for s in segs {
@@ -363,9 +387,8 @@ fn fit(
     // outside every vacated range).
     let mut fresh_base = DevicePtr::MAX;
     let mut bytes = 0u64;
-    let mut kept = Vec::with_capacity(moves.len());
-    for (k, mut m) in moves.into_iter().enumerate() {
-        let hold = k < n_holds;
+    let mut kept = Vec::with_capacity(queue.len());
+    while let Some((mut m, hold)) = queue.pop_front() {
         let Some(seg) = seg_of(m.from) else {
             if strict {
                 return None;
@@ -391,9 +414,12 @@ fn fit(
         let usable = match fits {
             Some(k) if !hold && inside(free[k].3) => None,
             Some(k) => Some(k),
-            // No cached block serves it: the allocator takes a new segment from the device
-            // when the device has its bytes (`device_free`: only for the copies of a window,
-            // which the request does not need).
+            // No cached block serves a hold: a new segment would not fill the vacated
+            // addresses.
+            None if hold => None,
+            // No cached block serves a copy: the allocator takes a new segment from the
+            // device when the device has its bytes (`device_free`: only for the copies of a
+            // window, which the request does not need).
             None => {
                 let seg_size = match pool {
                     Pool::Small => SMALL_BUFFER,
@@ -421,7 +447,20 @@ fn fit(
             bytes += m.requested as u64;
         }
         if should_split(fsize, size, pool == Pool::Small, config) {
-            free[k] = (pool, stream, fsize - size, fptr + size as u64);
+            let rest = (fsize - size, fptr + size as u64);
+            free[k] = (pool, stream, rest.0, rest.1);
+            if hold && inside(rest.1) && rest.0 > SMALL_SIZE {
+                // The hold's block was larger than its request: hold what is left of it.
+                queue.push_front((
+                    Move {
+                        tag: HOLD,
+                        from: rest.1,
+                        requested: hold_request(rest.0, config),
+                        to: 0,
+                    },
+                    true,
+                ));
+            }
         } else {
             free.swap_remove(k);
         }
@@ -459,18 +498,25 @@ mod tests {
 
     /// Segments from (base, blocks as (MiB, slot)).
     fn layout(segs: &[(u64, &[(usize, Slot)])]) -> (Vec<Segment>, Vec<Block>) {
+        let bytes: Vec<(u64, Vec<(usize, Slot)>)> = segs
+            .iter()
+            .map(|&(base, bs)| (base, bs.iter().map(|&(mb, s)| (mb * MB, s)).collect()))
+            .collect();
+        let refs: Vec<(u64, &[(usize, Slot)])> =
+            bytes.iter().map(|(b, v)| (*b, v.as_slice())).collect();
+        layout_bytes(&refs)
+    }
+
+    /// Segments from (base, blocks as (bytes, slot)).
+    fn layout_bytes(segs: &[(u64, &[(usize, Slot)])]) -> (Vec<Segment>, Vec<Block>) {
         let mut out = Vec::new();
         let mut blocks = Vec::new();
         for &(base, bs) in segs {
             let first = blocks.len();
             let mut ptr = base;
-            for &(mb, slot) in bs {
-                blocks.push(Block {
-                    ptr,
-                    size: mb * MB,
-                    slot,
-                });
-                ptr += (mb * MB) as u64;
+            for &(size, slot) in bs {
+                blocks.push(Block { ptr, size, slot });
+                ptr += size as u64;
             }
             out.push(Segment {
                 pool: Pool::Large,
@@ -675,6 +721,70 @@ mod tests {
         );
         assert_eq!((p.copies(), p.bytes), (1, (4 * MB) as u64));
         assert_eq!(p.vacated, [(0, (24 * MB) as u64)]);
+    }
+
+    #[test]
+    fn hold_requests_round_to_at_most_the_block() {
+        // Four divisions per power of two: 13.5 MiB rounds up to 14, so its hold asks for 12
+        // (the step below); sizes on a step, below 512 · 4 bytes or without divisions are
+        // their own hold.
+        let config = AllocatorConfig::parse("roundup_power2_divisions:4").unwrap();
+        assert_eq!(round_size(27 * MB / 2, &config), 14 * MB);
+        assert_eq!(hold_request(27 * MB / 2, &config), 12 * MB);
+        assert_eq!(hold_request(13 * MB, &config), 12 * MB);
+        assert_eq!(hold_request(7 * MB, &config), 7 * MB);
+        assert_eq!(hold_request(3 * MB / 2, &config), 3 * MB / 2);
+        assert_eq!(hold_request(1536, &config), 1536);
+        assert_eq!(
+            hold_request(27 * MB / 2, &AllocatorConfig::default()),
+            27 * MB / 2
+        );
+        // Every 512-byte multiple up to 64 MiB, in 511 KiB strides: the hold's rounded
+        // request is at most the block, and no larger request rounds to at most the block.
+        for divisions in [2usize, 4, 8, 16] {
+            let config =
+                AllocatorConfig::parse(&format!("roundup_power2_divisions:{divisions}")).unwrap();
+            for size in (1..).map(|k| k * 511 * 1024).take_while(|&s| s <= 64 * MB) {
+                let h = hold_request(size, &config);
+                let r = round_size(h, &config);
+                assert!(r <= size && r == h, "{divisions} {size}: {h} -> {r}");
+                assert!(round_size(h + 1, &config) > size, "{divisions} {size}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_hold_under_power2_divisions_takes_its_own_block() {
+        // roundup_power2_divisions:4. Segment A: [free 13.5][live 4 (tag 1)][free 7];
+        // segment B: [live 20 (tag 2)][free 8]; a 24 MiB request, 16 MiB left on the device,
+        // new segments allowed (not enough for the 20 MiB segment B's copy would need, so
+        // B's window fails). The copy's best fit is A's own 7 MiB block, so A's free
+        // blocks are held. A 13.5 MiB request rounds to 14 MiB, which no cached block holds
+        // (it would take a new 14 MiB segment, and leave A's block free); the hold asks for
+        // 12 MiB instead, its best fit is A's 13.5 MiB block, which splits, and the 1.5 MiB
+        // left of it is held next. Then 7 MiB, then the copy to B's 8 MiB block.
+        let config = AllocatorConfig::parse("roundup_power2_divisions:4").unwrap();
+        let base_b = 1u64 << 32;
+        let a = [
+            (27 * MB / 2, Slot::Free),
+            (4 * MB, mv(1, 4)),
+            (7 * MB, Slot::Free),
+        ];
+        let b = [(20 * MB, mv(2, 20)), (8 * MB, Slot::Free)];
+        let (segs, blocks) = layout_bytes(&[(0, &a), (base_b, &b)]);
+        let p = plan(&segs, &blocks, &miss(24 * MB, 16 * MB), &config, true).unwrap();
+        let got: Vec<(u64, u64, usize)> =
+            p.moves.iter().map(|m| (m.tag, m.to, m.requested)).collect();
+        assert_eq!(
+            got,
+            [
+                (HOLD, 0, 12 * MB),
+                (HOLD, (12 * MB) as u64, 3 * MB / 2),
+                (HOLD, (35 * MB / 2) as u64, 7 * MB),
+                (1, base_b + (20 * MB) as u64, 4 * MB)
+            ]
+        );
+        assert_eq!((p.copies(), p.bytes), (1, (4 * MB) as u64));
     }
 
     #[test]

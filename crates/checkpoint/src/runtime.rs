@@ -65,7 +65,7 @@ pub struct Config {
     /// Seed of the random choices (sampling, the random heuristic).
     pub seed: u64,
     /// How to make room when a backend with a device-memory budget misses
-    /// ([`crate::device_budget`]); unused otherwise.
+    /// ([`crate::device_budget`]; default [`Strategy::WindowMoveAll`]); unused otherwise.
     pub strategy: Strategy,
     /// In-place updates keep the address under a device budget: a mutated storage whose only
     /// reference is the one being moved hands its bytes to the new version (and is evicted:

@@ -194,7 +194,8 @@ pub struct SimOptions {
     pub remat_limit_ns: Option<u64>,
     /// Seed of random choices.
     pub seed: u64,
-    /// How to make room on a miss when the backend has a device-memory budget.
+    /// How to make room on a miss when the backend has a device-memory budget (default
+    /// [`Strategy::WindowMoveAll`]).
     pub strategy: Strategy,
     /// In-place updates keep the address under a device budget ([`Config::in_place`]).
     pub in_place: bool,

@@ -56,7 +56,8 @@ pub struct SweepOptions {
 /// device under the caching allocator, and every strategy runs at every budget.
 #[derive(Clone, Debug)]
 pub struct DeviceOptions {
-    /// Eviction strategies, each run at every (heuristic, budget).
+    /// Eviction strategies, each run at every (heuristic, budget) (default
+    /// [`Strategy::WindowMoveAll`] alone).
     pub strategies: Vec<Strategy>,
     /// The allocator's settings (PYTORCH_CUDA_ALLOC_CONF; PyTorch's defaults by default).
     pub alloc_conf: AllocatorConfig,

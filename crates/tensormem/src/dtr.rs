@@ -77,7 +77,7 @@ pub struct DtrArgs {
         value_delimiter = ',',
         help = format!(
             "With --device-budget, how to make room on a miss: {} (comma-separated or repeated; \
-             default window, or all of them with --sweep)",
+             default window-move-all, or all of them with --sweep or --advise)",
             checkpoint::Strategy::names()
         ),
         requires = "device_budget"
@@ -1286,6 +1286,12 @@ mod tests {
         assert_eq!(o.ratios.len(), 20);
         assert!((o.ratios[0] - 0.05).abs() < 1e-12 && (o.ratios[19] - 1.0).abs() < 1e-12);
         assert_eq!(o.device.as_ref().unwrap().strategies, Strategy::ALL);
+        // Without --advise or --sweep: the default strategy alone, window-move-all.
+        let one = args(&[path, "--device-budget"]).options().unwrap();
+        assert_eq!(
+            one.device.as_ref().unwrap().strategies,
+            [Strategy::WindowMoveAll]
+        );
         let doc: serde_json::Value = serde_json::from_str(
             &run(&args(&[path, "--device-budget", "--advise", "--json"])).unwrap(),
         )

@@ -98,7 +98,9 @@ pub struct TrainOptions {
     /// simulated device of that many bytes ([`aten::sim::install`]) and evicts on the caching
     /// allocator's misses; nothing is counted.
     pub device_budget: bool,
-    /// How to make room on a miss under a device budget.
+    /// How to make room on a miss under a device budget (default
+    /// [`Strategy::WindowMoveAll`]; the live driver cannot copy blocks, so there it is
+    /// `window`'s plans made for whole 2 MiB small segments, see the README).
     pub strategy: Strategy,
 }
 

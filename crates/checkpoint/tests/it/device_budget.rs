@@ -213,7 +213,11 @@ fn a_window_whose_copy_would_land_inside_it_holds_its_free_blocks() {
             (0, 1, 1, 4 * MIB),
             "{strategy}"
         );
-        assert!(rt.backend().report().peak_reserved_bytes <= 56 * MIB);
+        let report = rt.backend().report();
+        assert!(report.peak_reserved_bytes <= 56 * MIB);
+        // Requests: the constant, x, z, y, t, u, the 24 MiB output and t's copy; the two
+        // holds are not requests.
+        assert_eq!(report.requests, 8, "{strategy}");
     }
 }
 
@@ -282,6 +286,98 @@ fn nothing_to_evict_is_out_of_memory() {
         matches!(e, checkpoint::Error::OutOfMemory { requested, budget, .. } if requested == 30 * MIB && budget == 24 * MIB),
         "{e}"
     );
+}
+
+/// A device of 1 GiB that misses every request; a move plan for room (with new segments: the
+/// last resort) copies one 1 MiB block, up to three times, and the retry still misses.
+#[derive(Default)]
+struct MissingDevice {
+    /// Move plans asked for: without new segments, with them.
+    plans: [u32; 2],
+}
+
+impl checkpoint::Backend for MissingDevice {
+    fn allocate(&mut self, _: checkpoint::StorageId, _: u64) -> Result<(), checkpoint::BoxError> {
+        Ok(())
+    }
+
+    fn free(&mut self, _: checkpoint::StorageId, _: u64) -> Result<(), checkpoint::BoxError> {
+        Ok(())
+    }
+
+    fn run(&mut self, request: checkpoint::RunRequest<'_>) -> Result<u64, checkpoint::BoxError> {
+        Ok(request.known_cost)
+    }
+
+    fn device_capacity(&self) -> Option<u64> {
+        Some(1 << 30)
+    }
+
+    fn try_allocate(
+        &mut self,
+        _: checkpoint::AllocRequest,
+    ) -> Result<checkpoint::AllocOutcome, checkpoint::BoxError> {
+        Ok(checkpoint::AllocOutcome::Miss)
+    }
+
+    fn make_room_by_moving(
+        &mut self,
+        _: &dyn Fn(checkpoint::StorageId) -> bool,
+        new_segments: bool,
+    ) -> Result<Option<checkpoint::Moved>, checkpoint::BoxError> {
+        self.plans[usize::from(new_segments)] += 1;
+        Ok(
+            (new_segments && self.plans[1] <= 3).then_some(checkpoint::Moved {
+                blocks: 1,
+                bytes: MIB,
+                scanned: 1,
+            }),
+        )
+    }
+}
+
+#[test]
+fn the_last_resort_move_plan_runs_once_per_allocation() {
+    // Nothing to evict and the bytes fit: the moving strategies try their last-resort plan
+    // (copies may take new segments) once per allocation; its retry misses again, and the
+    // allocation is out of memory instead of asking for another plan. Per allocation: two
+    // misses, the ordinary move plan on each (two per allocation before an eviction), the
+    // last resort after the first, one 1 MiB copy charged.
+    for strategy in [Strategy::WindowMove, Strategy::WindowMoveAll] {
+        let mut rt = Runtime::new(
+            MissingDevice::default(),
+            Config {
+                heuristic: Heuristic::DtrEq,
+                strategy,
+                ..Config::default()
+            },
+        );
+        for k in 1..=2u32 {
+            let e = rt.checkpoint(MIB).unwrap_err();
+            assert!(
+                matches!(e, checkpoint::Error::OutOfMemory { requested, .. } if requested == MIB),
+                "{strategy}: {e}"
+            );
+            assert_eq!(rt.backend().plans, [2 * k, k], "{strategy}");
+            let p = *rt.profile();
+            assert_eq!(
+                (p.misses, p.moves, p.moved_bytes),
+                (2 * u64::from(k), u64::from(k), u64::from(k) * MIB),
+                "{strategy}"
+            );
+        }
+    }
+    // The strategies that do not move never ask.
+    let mut rt = Runtime::new(
+        MissingDevice::default(),
+        Config {
+            strategy: Strategy::Window,
+            ..Config::default()
+        },
+    );
+    assert!(rt.checkpoint(MIB).is_err());
+    assert_eq!(rt.backend().plans, [0, 0]);
+    assert_eq!(rt.profile().misses, 1);
 }
 
 /// A chain whose last tensor is updated in place once, then read.

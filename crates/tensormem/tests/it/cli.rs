@@ -1306,23 +1306,21 @@ fn usage_errors_are_one_line(#[case] args: &[&str], #[case] message: &str) {
 fn train_under_a_device_budget_stays_under_the_capacity_with_the_same_losses() {
     let dir = Scratch::new("train-device");
     // The default MLP: 256 KiB activations in the small pool's 2 MiB segments; 0.85 of its
-    // 5.06 MiB peak leaves room for two segments.
-    for strategy in ["window", "callback"] {
-        let text = success(&tensormem(
-            dir.path(),
-            &[
-                "train",
-                "--steps",
-                "2",
-                "--cost",
-                "estimated",
-                "--ratio",
-                "0.85",
-                "--device-budget",
-                "--strategy",
-                strategy,
-            ],
-        ));
+    // 5.06 MiB peak leaves room for two segments. Without --strategy: window-move-all.
+    for given in [Some("window"), Some("callback"), None] {
+        let mut line = vec![
+            "train",
+            "--steps",
+            "2",
+            "--cost",
+            "estimated",
+            "--ratio",
+            "0.85",
+            "--device-budget",
+        ];
+        line.extend(given.map(|s| ["--strategy", s]).into_iter().flatten());
+        let strategy = given.unwrap_or("window-move-all");
+        let text = success(&tensormem(dir.path(), &line));
         assert!(
             text.contains(&format!(
                 "device-memory budget: the budget is the capacity of a host-backed simulated device; evictions on the allocator's misses, strategy {strategy}"
