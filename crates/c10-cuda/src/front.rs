@@ -364,6 +364,18 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
     }
 
+    /// Gives the blocks waiting in thread caches ([`crate::thread_cache`]) back to the
+    /// allocators, so that what is read next counts only the user's blocks as allocated.
+    ///
+    /// Stats, snapshots, cache info and `empty_cache` do this themselves;
+    /// [`CachingAllocator::with_device`] does not (its closure sees the raw allocator, where a
+    /// waiting block is allocated), so a caller that budgets on the raw allocator's
+    /// `allocated_bytes` (DTR's live backend) calls this first. Cheap when no block waits (one
+    /// relaxed atomic load). PyTorch has no thread caches, so no counterpart.
+    pub fn settle_thread_caches(&self) {
+        self.settle();
+    }
+
     /// Gives the blocks waiting in thread caches back to the allocator, so that what is reported
     /// next (stats, snapshots, cache info) counts only the user's blocks as allocated.
     fn settle(&self) {

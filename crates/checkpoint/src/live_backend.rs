@@ -132,6 +132,10 @@ trait StatsSource {
 
 impl<D: DeviceMemory> StatsSource for CachingAllocator<D> {
     fn figures(&self, device: u8) -> MemoryFigures {
+        // Blocks the user freed may wait in the front's thread caches (another thread's lock
+        // held a moment puts this one in contended mode); the raw allocator counts them as
+        // allocated, and the budget must not.
+        self.settle_thread_caches();
         self.with_device(device, |d| {
             let s = d.stats();
             let a = &s.allocated_bytes[StatType::Aggregate as usize];
@@ -162,6 +166,8 @@ impl<D: DeviceMemory> StatsSource for CachingAllocator<D> {
         device: u8,
         bytes: usize,
     ) -> Result<Result<DevicePtr, Miss>, c10_cuda::Error> {
+        // Waiting blocks would hold device memory the miss could have used.
+        self.settle_thread_caches();
         self.with_device(device, |d| d.try_malloc(bytes, StreamId::DEFAULT))?
             .map(|o| match o {
                 MallocOutcome::Allocated(a) => Ok(a.ptr),
@@ -184,6 +190,7 @@ impl<D: DeviceMemory> StatsSource for CachingAllocator<D> {
         options: RoomOptions,
         cost: &mut dyn FnMut(u64) -> Option<f64>,
     ) -> Option<Vec<u64>> {
+        self.settle_thread_caches();
         self.with_device(device, |d| d.plan_room(miss, options, cost))
             .ok()
             .flatten()

@@ -204,7 +204,7 @@ struct TrainArgs {
             "With --device-budget, how to make room on a miss: {}",
             checkpoint::Strategy::names()
         ),
-        default_value = "window-move-all",
+        default_value = "window",
         requires = "device_budget"
     )]
     strategy: String,

@@ -98,9 +98,10 @@ pub struct TrainOptions {
     /// simulated device of that many bytes ([`aten::sim::install`]) and evicts on the caching
     /// allocator's misses; nothing is counted.
     pub device_budget: bool,
-    /// How to make room on a miss under a device budget (default
-    /// [`Strategy::WindowMoveAll`]; the live driver cannot copy blocks, so there it is
-    /// `window`'s plans made for whole 2 MiB small segments, see the README).
+    /// How to make room on a miss under a device budget (default [`Strategy::Window`], not the
+    /// library's [`Strategy::WindowMoveAll`]: the live driver cannot copy blocks, so there
+    /// `window-move-all` is only `window`'s plans made for whole 2 MiB small segments, which
+    /// evicts more on small devices; see the README).
     pub strategy: Strategy,
 }
 
@@ -123,7 +124,7 @@ impl Default for TrainOptions {
             overhead_limit: 2.0,
             device: 0,
             device_budget: false,
-            strategy: Strategy::default(),
+            strategy: Strategy::Window,
         }
     }
 }

@@ -202,3 +202,19 @@ fn a_block_freed_by_another_thread_goes_to_the_allocator() {
     // And this thread gets `q` back for the next 512 B.
     assert_eq!(front.raw_alloc(0, 512).unwrap(), q);
 }
+
+#[test]
+fn settle_thread_caches_gives_the_waiting_blocks_back() {
+    let (_dev, front) = front(64 * MIB);
+    let p = alloc_contended(&front, 512);
+    let q = front.raw_alloc(0, 2048).unwrap();
+    front.raw_delete(p).unwrap();
+    // Waiting in the slot: allocated for the raw allocator.
+    assert_eq!(allocated(&front), (512 + 2048, 2));
+    front.settle_thread_caches();
+    // Only the user's block is left; the next 512-byte request is the allocator's again.
+    assert_eq!(allocated(&front), (2048, 2));
+    front.raw_delete(q).unwrap();
+    front.settle_thread_caches();
+    assert_eq!(allocated(&front).0, 0);
+}
