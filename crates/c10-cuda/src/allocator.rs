@@ -89,6 +89,26 @@ pub(crate) struct Params {
     pub(crate) pool: u32,
     /// The private pool's `no_split` (torch 2.15): never split its blocks.
     pub(crate) no_split: bool,
+    /// Where the request's free-block pool (`pool`'s small or large one) is in the pool table:
+    /// [`PoolTable::index_of`]`(pool, small)`, kept with `pool` by [`Params::route_to`], so the
+    /// malloc path's pool lookups take it as it is.
+    table_index: usize,
+}
+
+impl Params {
+    /// Routes the request to slot `pool` of the pool table, with that pool's `no_split`.
+    #[inline(always)]
+    pub(crate) fn route_to(&mut self, pool: u32, no_split: bool) {
+        (self.pool, self.no_split) = (pool, no_split);
+        self.table_index = PoolTable::index_of(pool, self.small);
+    }
+
+    /// [`Self::table_index`]: the index of the request's free-block pool in the pool table.
+    #[inline(always)]
+    pub(crate) fn table_index(&self) -> usize {
+        debug_assert_eq!(self.table_index, PoolTable::index_of(self.pool, self.small));
+        self.table_index
+    }
 }
 
 /// The fields of a block being freed that [`DeviceCachingAllocator::free_block`] needs, read
@@ -430,7 +450,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         // With no private pool begun: one predictable branch.
         if !self.pools.begun.is_empty() {
             match self.route(stream) {
-                Route::Slot { slot, no_split } => (p.pool, p.no_split) = (slot, no_split),
+                Route::Slot { slot, no_split } => p.route_to(slot, no_split),
                 Route::Missing(_) => return Err(self.missing_pool_error(stream)),
             }
         }
@@ -450,6 +470,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             stream,
             pool: DEFAULT_SLOT,
             no_split: false,
+            table_index: PoolTable::index_of(DEFAULT_SLOT, is_small(size)),
         }
     }
 
@@ -493,7 +514,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     pub(crate) fn find_free_block(&mut self, p: &Params) -> Option<SizeKey> {
         let gc = self.accounting.allowed_memory_maximum.is_some() && self.config.gc_enabled();
         let blocks = &self.blocks;
-        let pool = self.pools.block_pool_mut(p.pool, p.small);
+        let pool = self.pools.block_pool_at(p.table_index());
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
@@ -634,9 +655,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     fn alloc_found(&mut self, p: &Params, found: BlockId, indexed: Option<SizeKey>) -> Allocation {
         let small = p.small;
         // One read of the found block: everything both paths need.
-        let (block_size, already_split, expandable, ptr, prev) = {
+        let (block_size, already_split, expandable, ptr) = {
             let b = self.blocks.get(found);
-            (b.size, b.is_split(), b.expandable, b.ptr, b.prev)
+            (b.size, b.is_split(), b.expandable, b.ptr)
         };
         let not_expandable = expandable.is_none();
         let (id, size) = if !p.no_split && should_split(block_size, p.size, p.small, &self.config) {
@@ -656,14 +677,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 stats.count_alloc(small, size, requested);
             }
             let remaining = found;
-            let piece = (ptr, p.size, p.orig_size);
-            let id = self
-                .blocks
-                .splice_allocated_piece(found, piece, prev, Some(remaining));
-            let pool = self.pools.block_pool_mut(p.pool, p.small);
-            let r = self.blocks.get_mut(remaining);
-            r.ptr += p.size as u64;
-            r.size = remaining_size;
+            let (id, r) = self.blocks.split_off_low(found, p.size, p.orig_size);
+            debug_assert_eq!((r.ptr, r.size), (ptr + p.size as u64, remaining_size));
+            let pool = self.pools.block_pool_at(p.table_index());
             match indexed {
                 Some(old) => pool.rekey_in_blocks(&old, remaining, r),
                 None => pool.insert_into_blocks(remaining, r),

@@ -172,34 +172,61 @@ impl BlockArena {
         id
     }
 
-    /// Cuts a new allocated block `[ptr, ptr + size)` (`requested` bytes asked for) from block
-    /// `src`'s segment and links it between `before` and `after`: [`Self::splice`] of
-    /// `src.piece(ptr, size)` made allocated. A reused slot held a deleted block, which was idle
-    /// (no tag, no events, no stream uses: `remove` is only given idle blocks), so only the
-    /// fields that differ from a piece's are written there; debug builds compare the slot with
-    /// the piece.
+    /// Cuts an allocated block of `size` bytes (`requested` bytes asked for) off the low end of
+    /// free block `src`, which keeps the rest (its id, `size` bytes fewer, starting `size` bytes
+    /// higher): the new block is [`Self::splice`] of `src.piece(src.ptr, size)` made allocated,
+    /// linked between `src`'s `prev` and `src` (PyTorch's split in `alloc_found_block`, the
+    /// remainder keeping the found block's place). Returns the new block's id and the
+    /// remainder. A reused slot held a deleted block, which was idle (no tag, no events, no
+    /// stream uses: `remove` is only given idle blocks), so only the fields that differ from a
+    /// piece's are written there; debug builds compare the slot with the piece. The slots are
+    /// borrowed once for the whole cut, so their base address is read once.
     #[inline(always)]
-    pub(crate) fn splice_allocated_piece(
+    pub(crate) fn split_off_low(
         &mut self,
         src: BlockId,
-        (ptr, size, requested): (DevicePtr, usize, usize),
-        before: Option<BlockId>,
-        after: Option<BlockId>,
-    ) -> BlockId {
+        size: usize,
+        requested: usize,
+    ) -> (BlockId, &mut Block) {
+        debug_assert!(size < self.get(src).size, "a split leaves a remainder");
         let Some(id) = self.free else {
-            let mut block = self.get(src).piece(ptr, size);
+            let s = self.get(src);
+            let mut block = s.piece(s.ptr, size);
             block.allocated = true;
             block.requested_size = requested;
-            return self.splice(block, before, after);
+            let before = s.prev;
+            let id = self.splice(block, before, Some(src));
+            let r = self.get_mut(src);
+            r.ptr += size as u64;
+            r.size -= size;
+            return (id, r);
         };
-        debug_assert!(before.is_none_or(|b| self.get(b).next == after));
-        debug_assert!(after.is_none_or(|a| self.get(a).prev == before));
-        let s = self.get(src);
+        #[cfg(debug_assertions)]
+        let expected = {
+            let s = self.get(src);
+            let mut b = s.piece(s.ptr, size);
+            (b.allocated, b.requested_size, b.prev, b.next) = (true, requested, s.prev, Some(src));
+            format!("{b:?}")
+        };
+        let (i, j) = (id.0 as usize, src.0 as usize);
+        debug_assert!(i < self.slots.len() && j < self.slots.len() && i != j);
+        self.free = self.slot_mut(id).next;
+        let slots = self.slots.as_mut_slice();
+        // SAFETY: `j < slots.len()`: `src` came from this arena (see `get`).
+        let s = unsafe { slots.get_unchecked(j) };
         // What a piece inherits (`Block::piece`).
-        let (stream, small, mapped, expandable, rank, pool) =
-            (s.stream, s.small, s.mapped, s.expandable, s.rank, s.pool);
-        let slot = self.slot_mut(id);
-        let next_free = slot.next;
+        let (ptr, stream, small, mapped, expandable, rank, pool, before) = (
+            s.ptr,
+            s.stream,
+            s.small,
+            s.mapped,
+            s.expandable,
+            s.rank,
+            s.pool,
+            s.prev,
+        );
+        // SAFETY: `i < slots.len()`: the free list holds ids of this arena's deleted slots.
+        let slot = unsafe { slots.get_unchecked_mut(i) };
         debug_assert!(!slot.live && slot.tag.is_none() && slot.event_count == 0);
         debug_assert!(slot.stream_uses.capacity() == 0);
         slot.ptr = ptr;
@@ -210,28 +237,25 @@ impl BlockArena {
         slot.allocated = true;
         slot.mapped = mapped;
         slot.prev = before;
-        slot.next = after;
+        slot.next = Some(src);
         slot.gc_count_base = 0;
         slot.expandable = expandable;
         slot.rank = rank;
         slot.pool = pool;
         slot.live = true;
-        self.free = next_free;
-        debug_assert_eq!(
-            format!("{:?}", self.get(id)),
-            format!("{:?}", {
-                let mut b = self.get(src).piece(ptr, size);
-                (b.allocated, b.requested_size, b.prev, b.next) = (true, requested, before, after);
-                b
-            })
-        );
+        #[cfg(debug_assertions)]
+        assert_eq!(format!("{slot:?}"), expected);
         if let Some(b) = before {
-            self.get_mut(b).next = Some(id);
+            debug_assert!((b.0 as usize) < slots.len());
+            // SAFETY: `b` is a live block's link, an id of this arena (see `get`).
+            unsafe { slots.get_unchecked_mut(b.0 as usize) }.next = Some(id);
         }
-        if let Some(a) = after {
-            self.get_mut(a).prev = Some(id);
-        }
-        id
+        // SAFETY: as above, `j < slots.len()`.
+        let r = unsafe { slots.get_unchecked_mut(j) };
+        r.ptr += size as u64;
+        r.size -= size;
+        r.prev = Some(id);
+        (id, r)
     }
 
     /// Deletes a block (its slot is reused by a later insert).

@@ -2,7 +2,6 @@
 //! page tables of expandable segments and the registration counter of new segments.
 
 use crate::block::{Block, BlockArena, BlockId};
-use crate::device::DevicePtr;
 use crate::expandable_segment::ExpandableSegment;
 use crate::ptr_map::PtrMap;
 
@@ -60,17 +59,16 @@ impl BlockStore {
         self.arena.splice(block, before, after)
     }
 
-    /// Stores a new allocated piece of `src`'s segment between `before` and `after`
-    /// ([`BlockArena::splice_allocated_piece`]).
+    /// Cuts an allocated block of `size` bytes off the low end of free block `src`
+    /// ([`BlockArena::split_off_low`]): the new block's id and the remainder.
     #[inline(always)]
-    pub(crate) fn splice_allocated_piece(
+    pub(crate) fn split_off_low(
         &mut self,
         src: BlockId,
-        piece: (DevicePtr, usize, usize),
-        before: Option<BlockId>,
-        after: Option<BlockId>,
-    ) -> BlockId {
-        self.arena.splice_allocated_piece(src, piece, before, after)
+        size: usize,
+        requested: usize,
+    ) -> (BlockId, &mut Block) {
+        self.arena.split_off_low(src, size, requested)
     }
 
     /// Deletes the block `id`.

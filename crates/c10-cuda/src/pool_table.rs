@@ -98,28 +98,41 @@ impl Default for PoolTable {
 }
 
 impl PoolTable {
+    /// Where the small or large free-block pool of slot `k` is in the table (`2k`, `2k + 1`).
+    #[inline(always)]
+    pub(crate) fn index_of(k: u32, small: bool) -> usize {
+        (k as usize) << 1 | usize::from(small)
+    }
+
     /// The small or large free-block pool of slot `k` (a slot this table made: the default
     /// slot, or one [`Self::create`] returned, named by a request's route or a block's `pool`).
     #[inline(always)]
     pub(crate) fn block_pool_mut(&mut self, k: u32, small: bool) -> &mut BlockPool {
-        let i = (k as usize) << 1 | usize::from(small);
+        self.block_pool_at(Self::index_of(k, small))
+    }
+
+    /// The free-block pool at index `i` of the table: [`Self::index_of`] a slot this table made
+    /// (see [`Self::block_pool_mut`]).
+    #[inline(always)]
+    pub(crate) fn block_pool_at(&mut self, i: usize) -> &mut BlockPool {
         debug_assert!(
             i < self.block_pools.len(),
-            "pool slot {k} not from this table"
+            "pool index {i} not from this table"
         );
-        // SAFETY: `i < self.block_pools.len()`. Slot numbers are made only here, by `default`
-        // (slot 0) and `create` (a vacant slot, or one past the last), and each slot has its two
-        // pools from then on: `block_pools` is extended by two with every new slot and never
-        // shrinks (a forgotten pool's slot is reused or kept, its pools replaced in place).
-        // Every `k` the allocator passes is such a slot: a request's route, or the `pool` of a
-        // block made in that slot. Debug builds check the bound above.
+        // SAFETY: `i < self.block_pools.len()`. `i` is `index_of(k, small)` of a slot `k` made
+        // here, by `default` (slot 0) or `create` (a vacant slot, or one past the last), and
+        // each slot has its two pools from then on: `block_pools` is extended by two with every
+        // new slot and never shrinks (a forgotten pool's slot is reused or kept, its pools
+        // replaced in place). Every `k` the allocator passes is such a slot: a request's route
+        // (kept in `Params` with its index), or the `pool` of a block made in that slot. Debug
+        // builds check the bound above.
         unsafe { self.block_pools.get_unchecked_mut(i) }
     }
 
     /// The small or large free-block pool of slot `k`.
     #[inline(always)]
     pub(crate) fn block_pool(&self, k: u32, small: bool) -> &BlockPool {
-        &self.block_pools[(k as usize) << 1 | usize::from(small)]
+        &self.block_pools[Self::index_of(k, small)]
     }
 
     /// Both free-block pools of slot `k`: `(large, small)`.

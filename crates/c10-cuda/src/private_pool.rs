@@ -396,8 +396,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 continue;
             }
             let mut q = *p;
-            q.pool = k;
-            q.no_split = pool.no_split;
+            q.route_to(k, pool.no_split);
             if let Some(b) = self.get_free_block(&q) {
                 *p = q;
                 return Ok(Some(b));

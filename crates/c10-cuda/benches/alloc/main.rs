@@ -66,7 +66,16 @@
 //! moved the whole `Allocation` result through the stack, 944, up from 924), on real
 //! traces 5% to 7% fewer than on 498eee2 (0.3% to 0.6% fewer than on 964ad84); 659 at 8df48c1
 //! (front-warm:2 887: a split's remainder sets its class bit alone, a re-keyed node keeps its
-//! rank and stream, malloc's five stat increases share one pool index). By file at ef356b4: the
+//! rank and stream, malloc's five stat increases share one pool index); 653 at 04b8d0c
+//! (front-warm:2 883: malloc's split writes the piece and shrinks the remainder through one
+//! borrow of the arena's slots, and the request's pool index in the pool table is kept in
+//! `Params`). By file at 04b8d0c: free index 177, `allocator.rs` 137, block arena 77, stats 55,
+//! slice indexing 41 (address arithmetic: block arena 11, pool table 9, pointer map 9, free
+//! index 5, the bench loop's 6; no bounds checks left in c10-cuda's part), Vec pointer reloads
+//! 28, pointer map 32, sizes 17, `uint_macros` 15, the bench's loop 13, `cmp` 11; about 69
+//! stack spills and reloads. Holding a table's base across a sequence of accesses mostly moves
+//! the register pressure (the free index's node table borrowed once per link: warm 672 to 683
+//! against 659, front-warm:2 878 to 881 against 887; left out). By file at ef356b4: the
 //! free index 171, `allocator.rs` 109, stats 96 (10 stat updates; a decrease is one
 //! subtraction from `current` after the pool index, `freed` being derived on read; an increase
 //! about 14 with its two branch-free peaks), the block arena 65 (the malloc split, about 36: the new block's fields, its links,
