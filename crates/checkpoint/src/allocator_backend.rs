@@ -23,7 +23,8 @@ use c10_cuda::device::{DevicePtr, StreamId};
 use c10_cuda::segment_view::BlockState;
 use c10_cuda::sizes::round_size;
 use c10_cuda::{
-    DeviceCachingAllocator, MallocOutcome, Miss, Placement, RoomKind, RoomOptions, SimDevice,
+    DeviceCachingAllocator, MallocOutcome, Miss, Placement, Pool, RoomKind, RoomOptions, RoomPlan,
+    SimDevice,
 };
 
 use crate::backend::{AllocOutcome, AllocRequest, Backend, Moved, RunRequest};
@@ -84,6 +85,8 @@ struct DeviceBudget {
     last_miss: Option<Miss>,
     /// The kind of the last plan [`Backend::plan_room`] returned (what its victims vacate).
     last_plan: Option<RoomKind>,
+    /// [`Backend::look_ahead`]'s bytes: the next large-pool request known to follow.
+    ahead: u64,
     scratch: Option<DevicePtr>,
 }
 
@@ -136,6 +139,7 @@ impl AllocatorBackend {
                 densities: 0,
                 last_miss: None,
                 last_plan: None,
+                ahead: 0,
                 scratch: None,
             }),
         })
@@ -240,6 +244,56 @@ impl AllocatorBackend {
                 Ok(None)
             }
         }
+    }
+
+    /// The look-ahead plan ([`Backend::look_ahead`]) for `miss`, followed by a large-pool request
+    /// of `ahead` bytes: the cheapest plan for both at once (a window of the two sizes, or a
+    /// release), kept when it costs no more than the plan for `miss` alone plus what the next
+    /// request would cost if planned alone now (0 when a cached free block or the device's free
+    /// bytes already serve it; no plan for it alone keeps the joint plan), else the plan for
+    /// `miss` alone. `None` when there is no joint plan (the caller plans `miss` alone).
+    fn plan_ahead(
+        &self,
+        miss: &Miss,
+        ahead: usize,
+        options: RoomOptions,
+        lookup: impl FnMut(u64) -> Option<f64> + Copy,
+    ) -> Option<RoomPlan> {
+        let mut both = *miss;
+        both.request.size = both.request.size.saturating_add(ahead);
+        let joint = self.alloc.plan_room(&both, options, lookup)?;
+        let Some(alone) = self.alloc.plan_room(miss, options, lookup) else {
+            return Some(joint);
+        };
+        let next = Miss {
+            request: self.alloc.request(ahead, miss.request.stream),
+            ..*miss
+        };
+        let served = next.request.alloc_size <= miss.device_free
+            || self.alloc.segments().any(|seg| {
+                seg.pool == next.request.pool
+                    && seg.stream == next.request.stream
+                    && seg
+                        .blocks()
+                        .any(|b| b.state == BlockState::Free && b.size >= next.request.size)
+            });
+        let (infinite, finite) = if served {
+            (0, 0.0)
+        } else {
+            match self.alloc.plan_room(&next, options, lookup) {
+                Some(p) => (p.cost.infinite, p.cost.finite),
+                None => return Some(joint),
+            }
+        };
+        let infinite = alone.cost.infinite.saturating_add(infinite);
+        let finite = alone.cost.finite + finite;
+        let dearer = joint
+            .cost
+            .infinite
+            .cmp(&infinite)
+            .then(joint.cost.finite.total_cmp(&finite))
+            .is_gt();
+        Some(if dearer { alone } else { joint })
     }
 
     /// The allocator's segments and blocks for [`move_plan`]: an allocated block is movable
@@ -420,9 +474,15 @@ impl Backend for AllocatorBackend {
             byte_credit,
             ..d.room
         };
-        let plan = self.alloc.plan_room(&miss, options, |tag| {
-            u32::try_from(tag).ok().and_then(|t| cost(StorageId(t)))
-        });
+        let lookup = |tag: u64| u32::try_from(tag).ok().and_then(|t| cost(StorageId(t)));
+        let ahead = usize::try_from(d.ahead).unwrap_or(usize::MAX);
+        let mut plan = None;
+        if ahead > 0 && miss.request.pool == Pool::Large {
+            plan = self.plan_ahead(&miss, ahead, options, lookup);
+        }
+        if plan.is_none() {
+            plan = self.alloc.plan_room(&miss, options, lookup);
+        }
         if let Some(d) = &mut self.device {
             d.last_plan = plan.as_ref().map(|p| p.kind);
         }
@@ -433,6 +493,12 @@ impl Backend for AllocatorBackend {
             }
             None => 0,
         })
+    }
+
+    fn look_ahead(&mut self, bytes: u64) {
+        if let Some(d) = &mut self.device {
+            d.ahead = bytes;
+        }
     }
 
     fn make_room_by_moving(

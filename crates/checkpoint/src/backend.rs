@@ -142,6 +142,15 @@ pub trait Backend {
         Ok(0)
     }
 
+    /// Before [`Backend::plan_room`]: the bytes of the large-pool request known to follow the
+    /// missed one (a replayed log's next request before its next release; 0: none known).
+    /// The next large-pool plan is then also made for both requests at once and taken when it
+    /// costs no more than the missed request's own plan plus the plan the next request alone
+    /// would need now ([`crate::Strategy::WindowMoveAhead`]). The default ignores it.
+    fn look_ahead(&mut self, bytes: u64) {
+        let _ = bytes;
+    }
+
     /// After a miss: copies live blocks elsewhere so that the freed addresses let the missed
     /// request through (`move_plan.rs`), instead of evicting. `movable(s)` says whether
     /// storage `s`'s block may move. Returns `None` when no such plan exists or the backend

@@ -234,6 +234,8 @@ pub struct Runtime<B: Backend> {
     /// Whether the current allocation has spent its one last-resort move plan (copies that may
     /// take new segments, when nothing is left to evict).
     pub(crate) room_last_resort: bool,
+    /// Bytes of the next large-pool request known to follow ([`Runtime::set_ahead`]).
+    pub(crate) ahead: u64,
     /// In-place updates being run: (new storage, old storage whose bytes it takes).
     in_place: Vec<(StorageId, StorageId)>,
 }
@@ -275,6 +277,7 @@ impl<B: Backend> Runtime<B> {
             room_victims: Vec::new(),
             room_moves: 0,
             room_last_resort: false,
+            ahead: 0,
             in_place: Vec::new(),
         }
     }
@@ -307,6 +310,13 @@ impl<B: Backend> Runtime<B> {
     /// Bytes in memory now.
     pub fn memory_bytes(&self) -> u64 {
         self.memory
+    }
+
+    /// The bytes of the large-pool request known to follow the program's next call (a replayed
+    /// log's look-ahead, [`crate::Strategy::WindowMoveAhead`]; the simulator sets it before
+    /// every event); 0 when unknown or when a free may come first. Other strategies ignore it.
+    pub fn set_ahead(&mut self, bytes: u64) {
+        self.ahead = bytes;
     }
 
     /// Simulated time in ns: 1 + all compute so far (simrd's `clock`).

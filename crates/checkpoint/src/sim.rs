@@ -99,7 +99,15 @@ pub fn replay<B: Backend>(log: &Log, rt: &mut Runtime<B>) -> Result<(), SimError
     let mut args: Vec<TensorId> = Vec::new();
     let mut outs: Vec<OutputSpec> = Vec::new();
     let mut idx: Vec<usize> = Vec::new();
-    for located in &log.events {
+    let ahead = if rt.config().strategy == Strategy::WindowMoveAhead {
+        look_ahead(log)
+    } else {
+        Vec::new()
+    };
+    for (i, located) in log.events.iter().enumerate() {
+        if let Some(&a) = ahead.get(i) {
+            rt.set_ahead(a);
+        }
         let line = located.line;
         let at = |source: Error| SimError { line, source };
         match &located.event {
@@ -176,6 +184,33 @@ pub fn replay<B: Backend>(log: &Log, rt: &mut Runtime<B>) -> Result<(), SimError
     }
     Ok(())
 }
+
+/// Per event, the bytes of the next large-pool request (the first fresh call output over
+/// 1 MiB, rounded to 512 bytes) of the calls after it, or 0 when a release, copy-over or
+/// mutation comes first ([`Strategy::WindowMoveAhead`]'s look-ahead).
+fn look_ahead(log: &Log) -> Vec<u64> {
+    let mut out = vec![0u64; log.events.len()];
+    let mut next = 0u64;
+    for (i, located) in log.events.iter().enumerate().rev() {
+        out[i] = next;
+        match &located.event {
+            Event::Call { results, .. } => {
+                if let Some(r) = results
+                    .iter()
+                    .find(|r| r.alias.is_none() && r.bytes > LARGE_REQUEST)
+                {
+                    next = r.bytes.div_ceil(512) * 512;
+                }
+            }
+            Event::Release { .. } | Event::CopyFrom { .. } | Event::Mutate { .. } => next = 0,
+            Event::Annotate(_) | Event::Constant { .. } | Event::Copy { .. } => {}
+        }
+    }
+    out
+}
+
+/// Requests above this many bytes go to the caching allocator's large pool (`kSmallSize`).
+const LARGE_REQUEST: u64 = 1 << 20;
 
 /// Options of a simulated run.
 #[derive(Clone, Debug)]
@@ -284,4 +319,34 @@ pub fn baseline(log: &Log) -> Result<Baseline, SimError> {
         peak_bytes: r.profile.peak_bytes,
         compute_ns: r.profile.base_compute_ns,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn look_ahead_is_the_next_large_request_before_a_release() {
+        let mut w = crate::LogWriter::new(Vec::new());
+        w.constant("c", 1024).unwrap();
+        w.call("f", &["c"], &[("a", 3 << 20, None)], 1).unwrap();
+        w.call("g", &["c"], &[("b", 1 << 20, None)], 1).unwrap();
+        w.call(
+            "h",
+            &["c"],
+            &[("d", 1024, None), ("e", (5 << 20) + 1, None)],
+            1,
+        )
+        .unwrap();
+        w.release("a").unwrap();
+        w.call("k", &["c"], &[("x", 2 << 20, None)], 1).unwrap();
+        let lg = crate::log::parse(&String::from_utf8(w.into_inner().unwrap()).unwrap()).unwrap();
+        // Events: c, f, g, h, release, k. After f: g's 1 MiB is small, h's first large output
+        // is e (rounded to 512 bytes); h and the release see nothing before the release; k is
+        // the last call.
+        assert_eq!(
+            look_ahead(&lg),
+            [3 << 20, (5 << 20) + 512, (5 << 20) + 512, 0, 2 << 20, 0]
+        );
+    }
 }

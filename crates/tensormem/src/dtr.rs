@@ -1398,7 +1398,7 @@ mod tests {
         assert_eq!(serde_json::to_string_pretty(&lib).unwrap() + "\n", printed);
         assert_eq!(
             advise_options(&[], &["belady".into()], None, None, 2.0).unwrap_err(),
-            "--strategy: unknown strategy 'belady' (use callback, window, window-total, window-score, window-first, window-deficit, window-move or window-move-all)"
+            "--strategy: unknown strategy 'belady' (use callback, window, window-total, window-score, window-first, window-deficit, window-move, window-move-all or window-move-ahead)"
         );
         // --plot draws overhead against device memory, one labelled line per row.
         let svg = p.with_extension("svg");
@@ -1541,7 +1541,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             e,
-            "--strategy: unknown strategy 'belady' (use callback, window, window-total, window-score, window-first, window-deficit, window-move or window-move-all)"
+            "--strategy: unknown strategy 'belady' (use callback, window, window-total, window-score, window-first, window-deficit, window-move, window-move-all or window-move-ahead)"
         );
         let e = args(&[path, "--step", "1.5"]).options().unwrap_err();
         assert_eq!(e, "--step 1.5: expected a step in (0, 1] (e.g. 0.05)");

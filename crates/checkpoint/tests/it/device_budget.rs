@@ -11,7 +11,8 @@
 //!   (a fragmentation miss answered by one copy) on the hand-built segment; the moving
 //!   strategies holding a window's free blocks so that its copy lands outside (nothing
 //!   evictable: `window` runs out of memory there); `window-move-all` planning a small-pool
-//!   miss for a whole 2 MiB small segment;
+//!   miss for a whole 2 MiB small segment; `window-move-ahead` making one window for a
+//!   request and the next one of the log;
 //! - `#[ignore]`d, run by `cargo xtask soak` in release: the full grid (every strategy and
 //!   layout at ratios 0.05 .. 1.0) and the figures for `window` on the default
 //!   allocator: per log the smallest budget completing with overhead <= 1.5 within 0.05 of the
@@ -258,6 +259,55 @@ fn a_small_pool_miss_makes_room_for_a_whole_small_segment() {
     assert_eq!(
         small_segments(Strategy::WindowMoveAll),
         (1, 4, vec![3, 4, 5, 6])
+    );
+}
+
+/// A log on a 22 MiB device: a 1 KiB constant (its 2 MiB small segment), ten 2 MiB tensors
+/// `t0..t9` filling a 20 MiB segment (10^6 ns each), then two calls of 5 MiB each (`a`, `b`)
+/// before any release; the ten are released at the end (not pinned). Returns the status, the
+/// misses, the evictions and the reserved peak under `strategy`.
+fn two_requests(strategy: Strategy) -> (Status, u64, u64, u64) {
+    let mut w = checkpoint::LogWriter::new(Vec::new());
+    w.constant("c", 1024).unwrap();
+    let names: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
+    for n in &names {
+        w.call("f", &["c"], &[(n.as_str(), 2 * MIB, None)], 1_000_000)
+            .unwrap();
+    }
+    w.call("g", &["c"], &[("a", 5 * MIB, None)], 10).unwrap();
+    w.call("h", &["c"], &[("b", 5 * MIB, None)], 10).unwrap();
+    for n in &names {
+        w.release(n).unwrap();
+    }
+    let lg = log::parse(&String::from_utf8(w.into_inner().unwrap()).unwrap()).unwrap();
+    let options = sim::SimOptions {
+        strategy,
+        ..sim::SimOptions::default()
+    };
+    let backend = AllocatorBackend::on_device(AllocatorConfig::default(), 22 * MIB).unwrap();
+    let (r, b) = sim::run(&lg, &options, backend).unwrap();
+    (
+        r.status,
+        r.profile.misses,
+        r.profile.evictions,
+        b.report().peak_reserved_bytes,
+    )
+}
+
+#[test]
+fn look_ahead_makes_one_window_for_the_next_request_too() {
+    // `window-move-all` plans `a` alone: the three stalest tensors (t0..t2, 6 MiB; the 1 MiB
+    // left is not split off), and `b` misses again and evicts t3..t5: two misses, six
+    // evictions. `window-move-ahead` knows `b` follows `a` before any release and plans both
+    // at once: t0..t4 (10 MiB) costs less than t0..t2 twice (b's own plan now), so `a` takes
+    // 5 MiB of the window, `b` the other 5 without a miss: one miss, five evictions.
+    assert_eq!(
+        two_requests(Strategy::WindowMoveAll),
+        (Status::Ok, 2, 6, 22 * MIB)
+    );
+    assert_eq!(
+        two_requests(Strategy::WindowMoveAhead),
+        (Status::Ok, 1, 5, 22 * MIB)
     );
 }
 
