@@ -371,7 +371,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// [`CachingAllocator::with_device`] does not (its closure sees the raw allocator, where a
     /// waiting block is allocated), so a caller that budgets on the raw allocator's
     /// `allocated_bytes` (DTR's live backend) calls this first. Cheap when no block waits (one
-    /// relaxed atomic load). PyTorch has no thread caches, so no counterpart.
+    /// relaxed atomic load). Another thread may cache a block it frees right after this
+    /// returns: the raw figures are exact only while no other thread frees on the device.
+    /// PyTorch has no thread caches, so no counterpart.
     pub fn settle_thread_caches(&self) {
         self.settle();
     }
@@ -379,7 +381,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// Gives the blocks waiting in thread caches back to the allocator, so that what is reported
     /// next (stats, snapshots, cache info) counts only the user's blocks as allocated.
     fn settle(&self) {
-        if self.caches.tracking() {
+        if self.caches.any_waiting() {
             self.free_drained(self.caches.drain_all());
         }
     }

@@ -103,6 +103,9 @@ pub(crate) struct ThreadCaches {
     count: AtomicUsize,
     /// Slots in contended mode: while 0, allocations skip the slots.
     contended_slots: AtomicUsize,
+    /// Blocks waiting in the slots' free lists: while 0, [`ThreadCaches::any_waiting`] lets
+    /// reports and [`crate::CachingAllocator::settle_thread_caches`] skip the slots.
+    waiting: AtomicUsize,
     /// History or trace trackers on: no caching at all.
     bypass: AtomicBool,
 }
@@ -125,6 +128,7 @@ impl ThreadCaches {
             tracked: (0..SHARDS).map(|_| Shard::default()).collect(),
             count: AtomicUsize::new(0),
             contended_slots: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
             bypass: AtomicBool::new(false),
         }
     }
@@ -163,6 +167,13 @@ impl ThreadCaches {
         self.count.load(Ordering::Relaxed) != 0
     }
 
+    /// Whether any block waits in a slot (a freed block the raw allocator still counts as
+    /// allocated). A block another thread is caching at this moment may not be seen yet.
+    #[inline(always)]
+    pub(crate) fn any_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) != 0
+    }
+
     /// A failed `try_lock`: the calling thread enters contended mode.
     pub(crate) fn contended(&self) {
         if self.bypass.load(Ordering::Relaxed) {
@@ -190,6 +201,9 @@ impl ThreadCaches {
     /// Takes every waiting block out of `slot` (and out of the map).
     fn drain(&self, slot: &Slot) -> Vec<(Key, DevicePtr)> {
         let blocks = std::mem::take(&mut slot.state.lock().free);
+        if !blocks.is_empty() {
+            self.waiting.fetch_sub(blocks.len(), Ordering::Relaxed);
+        }
         for (_, ptr) in &blocks {
             self.untracked(*ptr);
         }
@@ -217,6 +231,7 @@ impl ThreadCaches {
                 .rposition(|(k, _)| *k == key)
                 .map(|i| state.free.swap_remove(i).1);
             if let Some(ptr) = found {
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
                 state.owned.insert(ptr, key);
             }
             found
@@ -253,6 +268,7 @@ impl ThreadCaches {
                         && !self.bypass.load(Ordering::Relaxed)
                     {
                         state.free.push((key, ptr));
+                        self.waiting.fetch_add(1, Ordering::Relaxed);
                         Some(Freed::Cached)
                     } else {
                         Some(Freed::Allocator)
