@@ -137,7 +137,8 @@ impl Block {
     /// Free and not waiting for stream events: may be handed out or merged.
     #[inline(always)]
     pub(crate) fn is_idle(&self) -> bool {
-        !self.allocated && self.event_count == 0 && self.stream_uses.is_empty()
+        // No events and no stream uses, tested together.
+        !self.allocated && (self.event_count as usize | self.stream_uses.len()) == 0
     }
 }
 
