@@ -781,37 +781,53 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let b = self.blocks.get_mut(id);
         b.allocated = false;
         b.tag = None;
-        let has_uses = !b.stream_uses.is_empty();
+        if !b.stream_uses.is_empty() {
+            return self.free_with_uses(id, ptr);
+        }
         let (small, size, requested, stream) = (b.small, b.size, b.requested_size, b.stream);
         let stats = self.accounting.kept_mut();
         stats.count_free_requested(small, size as u64);
-        if !has_uses {
-            // The free completes below ([`Self::free_idle_block`]): `requested_bytes` counted
-            // here with the others, one pool index for the three (PyTorch counts it in
-            // `free_block`, after the merges; no other update of that stat in between).
-            stats.count_free_completed(small, requested as u64);
-        }
+        // The free completes below ([`Self::free_idle_block`]): `requested_bytes` counted here
+        // with the others, one pool index for the three (PyTorch counts it in `free_block`,
+        // after the merges; no other update of that stat in between).
+        stats.count_free_completed(small, requested as u64);
         self.history
             .record(TraceAction::FreeRequested, ptr, requested as u64, stream);
         if size >= self.max_split() {
             self.accounting.kept_mut().oversize_allocations.decrease(1);
         }
-        if has_uses {
-            self.accounting
-                .kept_mut()
-                .count_free_deferred(small, size as u64);
-            if self.capture_underway() {
-                // torch 2.7: a begun pool is a capture; the events wait until it ends.
-                self.pools.deferred.push(id);
-                return Ok(());
-            }
-            self.insert_events(id)
-        } else {
-            // The block's fields read again here rather than kept across the counting.
-            let f = Freed::of(self.blocks.get(id));
-            self.free_idle_block(id, f);
-            Ok(())
+        // The block's fields read again here rather than kept across the counting.
+        let f = Freed::of(self.blocks.get(id));
+        self.free_idle_block(id, f);
+        Ok(())
+    }
+
+    /// [`Self::free`] of block `id` (at `ptr`, already marked not allocated) with streams
+    /// recorded by [`Self::record_stream`]: one event per stream, and the block stays
+    /// `active_pending_free` until they complete. Out of line: a free without stream uses
+    /// only tests for them.
+    #[cold]
+    #[inline(never)]
+    fn free_with_uses(&mut self, id: BlockId, ptr: DevicePtr) -> Result<()> {
+        let b = self.blocks.get(id);
+        let (small, size, requested, stream) = (b.small, b.size, b.requested_size, b.stream);
+        self.accounting
+            .kept_mut()
+            .count_free_requested(small, size as u64);
+        self.history
+            .record(TraceAction::FreeRequested, ptr, requested as u64, stream);
+        let oversize = size >= self.max_split();
+        let stats = self.accounting.kept_mut();
+        if oversize {
+            stats.oversize_allocations.decrease(1);
         }
+        stats.count_free_deferred(small, size as u64);
+        if self.capture_underway() {
+            // torch 2.7: a begun pool is a capture; the events wait until it ends.
+            self.pools.deferred.push(id);
+            return Ok(());
+        }
+        self.insert_events(id)
     }
 
     /// Marks the block at `ptr` as used by `stream` (PyTorch's `recordStream`): freeing it will

@@ -7,11 +7,40 @@
 //! under torch 2.15's rules, 0 under 2.7's), and (for expandable segments) its unmapped blocks
 //! ordered by `(stream, address)`.
 
+use std::num::NonZeroU32;
+
 use crate::device::{DevicePtr, StreamId};
 
 /// Index of a block in the [`BlockArena`]. Ids are reused after a block is deleted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct BlockId(pub(crate) u32);
+///
+/// Held as the index plus one, so that `Option<BlockId>` (a block's `prev` and `next`) is 4
+/// bytes in one register, `None` being 0; [`BlockId::new`] and [`BlockId::raw`] convert. The
+/// order is the index's.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct BlockId(NonZeroU32);
+
+impl BlockId {
+    /// The id of slot `index` (below `u32::MAX`).
+    #[inline(always)]
+    pub(crate) const fn new(index: u32) -> BlockId {
+        match NonZeroU32::new(index.wrapping_add(1)) {
+            Some(n) => BlockId(n),
+            None => panic!("block index out of range"),
+        }
+    }
+
+    /// The slot index.
+    #[inline(always)]
+    pub(crate) const fn raw(self) -> u32 {
+        self.0.get() - 1
+    }
+}
+
+impl std::fmt::Debug for BlockId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BlockId({})", self.raw())
+    }
+}
 
 /// One block of device memory (PyTorch's `Block`).
 #[derive(Clone, Debug)]
@@ -108,7 +137,8 @@ impl Block {
     /// Free and not waiting for stream events: may be handed out or merged.
     #[inline(always)]
     pub(crate) fn is_idle(&self) -> bool {
-        !self.allocated && self.event_count == 0 && self.stream_uses.is_empty()
+        // No events and no stream uses, tested together.
+        !self.allocated && (self.event_count as usize | self.stream_uses.len()) == 0
     }
 }
 
@@ -144,7 +174,7 @@ impl BlockArena {
             }
             None => {
                 self.slots.push(block);
-                BlockId((self.slots.len() - 1) as u32)
+                BlockId::new((self.slots.len() - 1) as u32)
             }
         }
     }
@@ -208,7 +238,7 @@ impl BlockArena {
             (b.allocated, b.requested_size, b.prev, b.next) = (true, requested, s.prev, Some(src));
             format!("{b:?}")
         };
-        let (i, j) = (id.0 as usize, src.0 as usize);
+        let (i, j) = (id.raw() as usize, src.raw() as usize);
         debug_assert!(i < self.slots.len() && j < self.slots.len() && i != j);
         self.free = self.slot_mut(id).next;
         let slots = self.slots.as_mut_slice();
@@ -246,9 +276,9 @@ impl BlockArena {
         #[cfg(debug_assertions)]
         assert_eq!(format!("{slot:?}"), expected);
         if let Some(b) = before {
-            debug_assert!((b.0 as usize) < slots.len());
+            debug_assert!((b.raw() as usize) < slots.len());
             // SAFETY: `b` is a live block's link, an id of this arena (see `get`).
-            unsafe { slots.get_unchecked_mut(b.0 as usize) }.next = Some(id);
+            unsafe { slots.get_unchecked_mut(b.raw() as usize) }.next = Some(id);
         }
         // SAFETY: as above, `j < slots.len()`.
         let r = unsafe { slots.get_unchecked_mut(j) };
@@ -278,12 +308,12 @@ impl BlockArena {
 
     #[inline(always)]
     pub(crate) fn get(&self, id: BlockId) -> &Block {
-        let i = id.0 as usize;
+        let i = id.raw() as usize;
         debug_assert!(i < self.slots.len(), "block id {i} not from this arena");
         // SAFETY: `i < self.slots.len()`. Every `BlockId` the allocator holds was returned by
         // `insert` (or `iter`) of this arena, the one place ids are made from slot indices (the
         // free index and the pointer map only hand back ids they were given; the other
-        // `BlockId(0)`s are search bounds that are never looked up), and `slots` never shrinks:
+        // `BlockId::new(0)`s are search bounds that are never looked up), and `slots` never shrinks:
         // deleted slots stay and are reused. A stale id (of a deleted block) still names a slot
         // in bounds. Debug builds check the bound above and liveness below.
         let b = unsafe { self.slots.get_unchecked(i) };
@@ -301,7 +331,7 @@ impl BlockArena {
     /// The slot of `id`, live or deleted, mutable.
     #[inline(always)]
     fn slot_mut(&mut self, id: BlockId) -> &mut Block {
-        let i = id.0 as usize;
+        let i = id.raw() as usize;
         debug_assert!(i < self.slots.len(), "block id {i} not from this arena");
         // SAFETY: `i < self.slots.len()`, as in `get`: ids come only from this arena's
         // `insert`/`iter` (the free list holds deleted slots' ids) and `slots` never shrinks.
@@ -314,7 +344,7 @@ impl BlockArena {
             .iter()
             .enumerate()
             .filter(|(_, b)| b.live)
-            .map(|(i, b)| (BlockId(i as u32), b))
+            .map(|(i, b)| (BlockId::new(i as u32), b))
     }
 }
 
@@ -338,7 +368,7 @@ impl SizeKey {
             size,
             rank: 0,
             ptr: 0,
-            id: BlockId(0),
+            id: BlockId::new(0),
         }
     }
 

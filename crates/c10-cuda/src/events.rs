@@ -13,10 +13,10 @@ pub(crate) struct Events {
 }
 
 impl Events {
-    /// Whether no event is outstanding.
+    /// Streams with outstanding events: 0 exactly when no event is outstanding.
     #[inline(always)]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.queues.is_empty()
+    pub(crate) fn streams_waiting(&self) -> usize {
+        self.queues.len()
     }
 
     /// An event recorded on `stream` that holds back block `id`.

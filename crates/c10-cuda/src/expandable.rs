@@ -32,7 +32,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let lower = AddrKey {
             stream,
             ptr: 0,
-            id: BlockId(0),
+            id: BlockId::new(0),
         };
         for key in pool.unmapped.range(lower..) {
             if key.stream != stream {

@@ -477,7 +477,7 @@ impl FreeIndex {
         if self
             .nodes
             .0
-            .get(k.id.0 as usize)
+            .get(k.id.raw() as usize)
             .is_some_and(|n| n.next != DEAD)
         {
             return false;
@@ -490,7 +490,7 @@ impl FreeIndex {
     /// its pool only from outside it; checked in debug builds).
     #[inline(always)]
     pub(crate) fn insert_absent(&mut self, k: SizeKey) {
-        let id = k.id.0;
+        let id = k.id.raw();
         debug_assert!(
             self.nodes.0.get(id as usize).is_none_or(|n| n.next == DEAD),
             "block {id} is already in the index"
@@ -537,10 +537,10 @@ impl FreeIndex {
     pub(crate) fn remove_present(&mut self, k: &SizeKey) {
         debug_assert!(self.contains(k), "removing a key that is not in the index");
         // The key is present (the caller's contract), so its id is linked.
-        let node = self.nodes.at(k.id.0);
+        let node = self.nodes.at(k.id.raw());
         let (prev, next) = (node.prev, node.next);
         if prev == TREE {
-            self.remove_from_tree(k.id.0);
+            self.remove_from_tree(k.id.raw());
             return;
         }
         if prev == NIL {
@@ -563,7 +563,7 @@ impl FreeIndex {
         if next != NIL {
             self.nodes.at_mut(next).prev = prev;
         }
-        self.nodes.at_mut(k.id.0).next = DEAD;
+        self.nodes.at_mut(k.id.raw()).next = DEAD;
         self.len -= 1;
     }
 
@@ -578,7 +578,7 @@ impl FreeIndex {
             self.contains(old),
             "re-keying a key that is not in the index"
         );
-        let node = self.nodes.at(old.id.0);
+        let node = self.nodes.at(old.id.raw());
         let (prev, next) = (node.prev, node.next);
         let f = match self.streams.as_mut_slice() {
             [(s, f)] if *s == old.stream && prev != TREE => f,
@@ -658,7 +658,7 @@ impl FreeIndex {
     /// Whether the key is present.
     #[inline]
     pub(crate) fn contains(&self, k: &SizeKey) -> bool {
-        self.nodes.0.get(k.id.0 as usize).is_some_and(|n| {
+        self.nodes.0.get(k.id.raw() as usize).is_some_and(|n| {
             n.next != DEAD
                 && n.ptr == k.ptr
                 && n.size == k.size
@@ -698,7 +698,7 @@ impl FreeIndex {
             size: node.size,
             rank: node.rank,
             ptr: node.ptr,
-            id: BlockId(id),
+            id: BlockId::new(id),
         })
     }
 
@@ -785,7 +785,7 @@ fn link<const REKEYED: bool>(
     // SAFETY: `c < heads.len()`: the caller checked it (growing `heads` if needed).
     let head = unsafe { heads.get_unchecked_mut(c) };
     let (prev, next) = if *head == NIL {
-        *head = k.id.0;
+        *head = k.id.raw();
         if word_set {
             bitmap.set_in_set_word(c);
         } else {
@@ -794,11 +794,11 @@ fn link<const REKEYED: bool>(
         (NIL, NIL)
     } else if nodes.at(*head).prev == TREE {
         write_node(nodes, k, TREE, TREE);
-        return link_tree(&mut nodes.0, head, trees, c, k.id.0);
+        return link_tree(&mut nodes.0, head, trees, c, k.id.raw());
     } else if nodes.at(*head).order() > order {
         let next = *head;
-        *head = k.id.0;
-        nodes.at_mut(next).prev = k.id.0;
+        *head = k.id.raw();
+        nodes.at_mut(next).prev = k.id.raw();
         (NIL, next)
     } else {
         // Walk to the last block before `k` (class lists are short).
@@ -814,18 +814,18 @@ fn link<const REKEYED: bool>(
             if steps == LONG_CLASS {
                 to_tree(&mut nodes.0, *head, trees, c);
                 write_node(nodes, k, TREE, TREE);
-                return link_tree(&mut nodes.0, head, trees, c, k.id.0);
+                return link_tree(&mut nodes.0, head, trees, c, k.id.raw());
             }
         }
         let next = nodes.at(at).next;
-        nodes.at_mut(at).next = k.id.0;
+        nodes.at_mut(at).next = k.id.raw();
         if next != NIL {
-            nodes.at_mut(next).prev = k.id.0;
+            nodes.at_mut(next).prev = k.id.raw();
         }
         (at, next)
     };
     if REKEYED {
-        let n = nodes.at_mut(k.id.0);
+        let n = nodes.at_mut(k.id.raw());
         (n.prev, n.next, n.ptr, n.size) = (prev, next, k.ptr, k.size);
     } else {
         write_node(nodes, k, prev, next);
@@ -835,7 +835,7 @@ fn link<const REKEYED: bool>(
 /// Stores block `k`'s node: its key and its links.
 #[inline(always)]
 fn write_node(nodes: &mut Nodes, k: &SizeKey, prev: u32, next: u32) {
-    *nodes.at_mut(k.id.0) = Node {
+    *nodes.at_mut(k.id.raw()) = Node {
         prev,
         next,
         ptr: k.ptr,
@@ -939,7 +939,7 @@ fn load_class(f: &StreamFree, nodes: &[Node], c: usize, out: &mut impl Extend<Fo
                     ptr,
                     size,
                     rank,
-                    id: BlockId(id),
+                    id: BlockId::new(id),
                 }),
         );
         return;
@@ -951,7 +951,7 @@ fn load_class(f: &StreamFree, nodes: &[Node], c: usize, out: &mut impl Extend<Fo
             ptr: node.ptr,
             size: node.size,
             rank: node.rank,
-            id: BlockId(at),
+            id: BlockId::new(at),
         }]);
         at = node.next;
     }
@@ -1014,7 +1014,7 @@ mod tests {
             size,
             rank,
             ptr,
-            id: BlockId(id),
+            id: BlockId::new(id),
         }
     }
 
@@ -1394,13 +1394,13 @@ mod tests {
                         }
                     }
                     Op::RemoveId(id) => {
-                        if let Some(k) = model.iter().find(|m| m.id.0 == id).copied() {
+                        if let Some(k) = model.iter().find(|m| m.id.raw() == id).copied() {
                             model.remove(&k);
                             idx.remove_present(&k);
                         }
                     }
                     Op::Rekey(id, size, j) => {
-                        if let Some(old) = model.iter().find(|m| m.id.0 == id).copied() {
+                        if let Some(old) = model.iter().find(|m| m.id.raw() == id).copied() {
                             let ptr = u64::from(id) * 4096 + j * 512;
                             let new = ranked(old.stream.0, size, old.rank, ptr, id);
                             model.remove(&old);

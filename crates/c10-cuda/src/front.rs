@@ -233,37 +233,15 @@ impl<D: DeviceMemory> CachingAllocator<D> {
             size,
         };
         if self.caches.may_serve(size) {
-            let (hit, done) = self.caches.take(key);
-            self.free_drained(done);
-            if let Some(ptr) = hit {
+            if let Some(ptr) = self.take_cached(key) {
                 return Ok(ptr);
             }
         }
         let context = self.gather_context(RecordContext::State);
         let dev = self.dev(device)?;
-        let mut result = self.malloc_locked(dev, size, stream, context.clone());
-        if matches!(result, Err(Error::OutOfMemory(_))) {
-            // Blocks waiting in thread caches are the allocator's to reuse: free them, retry.
-            let drained = self.caches.drain_all();
-            if !drained.is_empty() {
-                self.free_drained(drained);
-                result = self.malloc_locked(dev, size, stream, context);
-            }
-        }
-        // The device lock is released here: observers may call back into the allocator.
-        let ptr = match result {
-            Ok(p) => p,
-            Err(Error::OutOfMemory(oom)) => {
-                let observers = self.oom_observers.read().clone();
-                if !observers.is_empty() {
-                    let seen = OomObservation::from_error(&oom);
-                    for observer in &observers {
-                        observer(&seen);
-                    }
-                }
-                return Err(Error::OutOfMemory(oom));
-            }
-            Err(e) => return Err(e),
+        let ptr = match self.malloc_locked(dev, size, stream, &context) {
+            Ok(ptr) => ptr,
+            Err(e) => self.malloc_failed(dev, size, stream, &context, e)?,
         };
         if !self.single {
             self.shard(ptr).lock().insert(ptr, device);
@@ -274,6 +252,54 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         Ok(ptr)
     }
 
+    /// A contended thread's allocation from its thread cache ([`crate::thread_cache`]): the
+    /// waiting block of `key`, if any, after freeing the blocks handed back if contended mode
+    /// just ended. Out of line: the uncontended allocation only tests whether to call it.
+    #[inline(never)]
+    fn take_cached(&self, key: Key) -> Option<DevicePtr> {
+        let (hit, done) = self.caches.take(key);
+        self.free_drained(done);
+        hit
+    }
+
+    /// [`Self::raw_alloc_with_stream`] after [`Self::malloc_locked`] failed with `error`: out of
+    /// memory is retried once after freeing the blocks waiting in thread caches (they are the
+    /// allocator's to reuse), and an out-of-memory error that stays is shown to the observers,
+    /// with the device lock released (they may call back into the allocator). Out of line: the
+    /// usual allocation does not fail.
+    #[cold]
+    #[inline(never)]
+    fn malloc_failed(
+        &self,
+        dev: &Mutex<DeviceCachingAllocator<D>>,
+        size: usize,
+        stream: StreamId,
+        context: &Option<Frames>,
+        error: Error,
+    ) -> Result<DevicePtr> {
+        let mut result = Err(error);
+        if matches!(result, Err(Error::OutOfMemory(_))) {
+            let drained = self.caches.drain_all();
+            if !drained.is_empty() {
+                self.free_drained(drained);
+                result = self.malloc_locked(dev, size, stream, context);
+            }
+        }
+        match result {
+            Err(Error::OutOfMemory(oom)) => {
+                let observers = self.oom_observers.read().clone();
+                if !observers.is_empty() {
+                    let seen = OomObservation::from_error(&oom);
+                    for observer in &observers {
+                        observer(&seen);
+                    }
+                }
+                Err(Error::OutOfMemory(oom))
+            }
+            other => other,
+        }
+    }
+
     /// The malloc of one device under its lock, the free-memory callbacks run unlocked between
     /// the cache search and the device malloc; `context` is the stack of the call.
     fn malloc_locked(
@@ -281,7 +307,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         dev: &Mutex<DeviceCachingAllocator<D>>,
         size: usize,
         stream: StreamId,
-        context: Option<Frames>,
+        context: &Option<Frames>,
     ) -> Result<DevicePtr> {
         let mut guard = self.lock(dev);
         let cached = with_context(&mut guard, context.clone(), |a| {
@@ -292,7 +318,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         }
         let callbacks = self.callbacks.read().clone();
         if callbacks.is_empty() {
-            return with_context(&mut guard, context, |a| {
+            return with_context(&mut guard, context.clone(), |a| {
                 a.malloc_uncached(size, stream, false).map(|a| a.ptr)
             });
         }
@@ -302,7 +328,7 @@ impl<D: DeviceMemory> CachingAllocator<D> {
         for cb in &callbacks {
             freed |= cb();
         }
-        with_context(&mut dev.lock(), context, |a| {
+        with_context(&mut dev.lock(), context.clone(), |a| {
             a.malloc_uncached(size, stream, freed).map(|a| a.ptr)
         })
     }
@@ -325,15 +351,22 @@ impl<D: DeviceMemory> CachingAllocator<D> {
     /// takes the block ([`crate::thread_cache`]), else to the allocator.
     fn delete_with(&self, ptr: DevicePtr, context: Option<Frames>) -> Result<()> {
         if self.caches.tracking() {
-            let (outcome, done) = self.caches.free(ptr);
-            self.free_drained(done);
-            match outcome {
-                Freed::Cached => return Ok(()),
-                Freed::Twice => return Err(Error::UnknownPointer { ptr }),
-                Freed::Allocator => {}
-            }
+            return self.delete_tracked(ptr, context);
         }
         self.delete_locked(ptr, context)
+    }
+
+    /// [`Self::delete_with`] while the thread caches track blocks: out of line, so that the
+    /// usual free (nothing tracked) is a test and a call.
+    #[inline(never)]
+    fn delete_tracked(&self, ptr: DevicePtr, context: Option<Frames>) -> Result<()> {
+        let (outcome, done) = self.caches.free(ptr);
+        self.free_drained(done);
+        match outcome {
+            Freed::Cached => Ok(()),
+            Freed::Twice => Err(Error::UnknownPointer { ptr }),
+            Freed::Allocator => self.delete_locked(ptr, context),
+        }
     }
 
     /// The allocator's free of `ptr`, under its device's lock.

@@ -54,7 +54,7 @@ impl PtrMap {
             "a PtrMap has a power-of-two number of slots"
         );
         PtrMap {
-            slots: vec![(EMPTY, BlockId(0)); n].into_boxed_slice(),
+            slots: vec![(EMPTY, BlockId::new(0)); n].into_boxed_slice(),
             len: 0,
             mask: n - 1,
             limit: n / 4,
@@ -206,17 +206,17 @@ mod tests {
     #[test]
     fn insert_get_remove() {
         let mut m = PtrMap::default();
-        assert_eq!(m.insert(512, BlockId(1)), None);
-        assert_eq!(m.insert(1024, BlockId(2)), None);
-        assert_eq!(m.insert(512, BlockId(3)), Some(BlockId(1)));
+        assert_eq!(m.insert(512, BlockId::new(1)), None);
+        assert_eq!(m.insert(1024, BlockId::new(2)), None);
+        assert_eq!(m.insert(512, BlockId::new(3)), Some(BlockId::new(1)));
         assert_eq!(m.len(), 2);
-        assert_eq!(m.get(512), Some(BlockId(3)));
+        assert_eq!(m.get(512), Some(BlockId::new(3)));
         assert_eq!(m.get(0), None);
         assert_eq!(m.get(EMPTY), None, "the empty-slot marker is never found");
         assert_eq!(m.remove(EMPTY), None);
-        assert_eq!(m.remove(512), Some(BlockId(3)));
+        assert_eq!(m.remove(512), Some(BlockId::new(3)));
         assert_eq!(m.remove(512), None);
-        assert_eq!(m.get(1024), Some(BlockId(2)));
+        assert_eq!(m.get(1024), Some(BlockId::new(2)));
         assert_eq!(m.len(), 1);
     }
 
@@ -224,12 +224,12 @@ mod tests {
     fn grows_past_its_first_size_and_keeps_every_entry() {
         let mut m = PtrMap::default();
         for i in 0..10_000u64 {
-            m.insert(i << 21, BlockId(i as u32));
+            m.insert(i << 21, BlockId::new(i as u32));
         }
         assert_eq!(m.len(), 10_000);
         assert!(m.slots.len() >= 20_000);
         for i in 0..10_000u64 {
-            assert_eq!(m.get(i << 21), Some(BlockId(i as u32)));
+            assert_eq!(m.get(i << 21), Some(BlockId::new(i as u32)));
         }
     }
 
@@ -243,7 +243,7 @@ mod tests {
             for (n, (insert, unit)) in ops.into_iter().enumerate() {
                 let ptr = unit * 512;
                 if insert {
-                    let id = BlockId(n as u32);
+                    let id = BlockId::new(n as u32);
                     prop_assert_eq!(m.insert(ptr, id), model.insert(ptr, id));
                 } else {
                     prop_assert_eq!(m.remove(ptr), model.remove(&ptr));

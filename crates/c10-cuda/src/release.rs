@@ -33,7 +33,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// the first incomplete event of each stream (PyTorch's `process_events`).
     #[inline(always)]
     pub(crate) fn process_events(&mut self) -> Result<()> {
-        if self.events.is_empty() && self.pools.deferred.is_empty() {
+        // No outstanding event and no deferred block, tested together.
+        if (self.events.streams_waiting() | self.pools.deferred.len()) == 0 {
             return Ok(());
         }
         self.process_outstanding_events()

@@ -69,11 +69,22 @@
 //! rank and stream, malloc's five stat increases share one pool index); 653 at 04b8d0c
 //! (front-warm:2 883: malloc's split writes the piece and shrinks the remainder through one
 //! borrow of the arena's slots, and the request's pool index in the pool table is kept in
-//! `Params`). By file at 04b8d0c: free index 177, `allocator.rs` 137, block arena 77, stats 55,
-//! slice indexing 41 (address arithmetic: block arena 11, pool table 9, pointer map 9, free
-//! index 5, the bench loop's 6; no bounds checks left in c10-cuda's part), Vec pointer reloads
-//! 28, pointer map 32, sizes 17, `uint_macros` 15, the bench's loop 13, `cmp` 11; about 69
-//! stack spills and reloads. Holding a table's base across a sequence of accesses mostly moves
+//! `Params`); 637 at 2855cee (front-warm:2 831: the front's rare paths, the out-of-memory
+//! retry, the thread-cache take and the tracked free, out of line, 883 -> 850 with the direct
+//! pair unchanged; `BlockId` a `NonZeroU32`, so a block's `Option<BlockId>` links are one word,
+//! 653 -> 636 and 850 -> 845; the free with stream uses out of line, 637 and 831). By file at
+//! 2855cee: free index 175, `allocator.rs` 137, block arena 65, stats 58, slice indexing 37,
+//! pointer map 32, Vec pointer reloads 28, sizes 16, `uint_macros` 16, the bench's loop 14,
+//! `cmp` 10; about 78 stack loads and stores per pair (about 69 at 04b8d0c, counted the same
+//! way: one-word links load less, the pair spills more); through the front, `malloc_locked` 418,
+//! `delete_locked` 282 and `raw_alloc_with_stream`'s own 49. Every inline boundary moved inside
+//! the allocator was worse (`free` out of line 670 / 889, `try_malloc_cached` 695 / 910,
+//! `free_idle_block` 701 / 910: results and `Freed` go through memory), as was a pool-major
+//! stats table (650 / 884 against 653 / 883 as a prototype). By file at 04b8d0c: free index
+//! 177, `allocator.rs` 137, block arena 77, stats 55, slice indexing 41 (address arithmetic:
+//! block arena 11, pool table 9, pointer map 9, free index 5, the bench loop's 6; no bounds
+//! checks left in c10-cuda's part), Vec pointer reloads 28, pointer map 32, sizes 17,
+//! `uint_macros` 15, the bench's loop 13, `cmp` 11; about 69 stack spills and reloads. Holding a table's base across a sequence of accesses mostly moves
 //! the register pressure (the free index's node table borrowed once per link: warm 672 to 683
 //! against 659, front-warm:2 878 to 881 against 887; left out). By file at ef356b4: the
 //! free index 171, `allocator.rs` 109, stats 96 (10 stat updates; a decrease is one
