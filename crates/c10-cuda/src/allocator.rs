@@ -514,7 +514,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     pub(crate) fn find_free_block(&mut self, p: &Params) -> Option<SizeKey> {
         let gc = self.accounting.allowed_memory_maximum.is_some() && self.config.gc_enabled();
         let blocks = &self.blocks;
-        let pool = self.pools.block_pool_at(p.table_index());
+        // SAFETY: `p.table_index()` is `index_of` the request's route, a slot of this table
+        // (`Params::sized` routes to the default slot, `route_to` to a pool the table made).
+        let pool = unsafe { self.pools.block_pool_at(p.table_index()) };
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
@@ -679,7 +681,8 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             let remaining = found;
             let (id, r) = self.blocks.split_off_low(found, p.size, p.orig_size);
             debug_assert_eq!((r.ptr, r.size), (ptr + p.size as u64, remaining_size));
-            let pool = self.pools.block_pool_at(p.table_index());
+            // SAFETY: as in `find_free_block`: the request's route is a slot of this table.
+            let pool = unsafe { self.pools.block_pool_at(p.table_index()) };
             match indexed {
                 Some(old) => pool.rekey_in_blocks(&old, remaining, r),
                 None => pool.insert_into_blocks(remaining, r),
