@@ -199,7 +199,8 @@ fn look_ahead(log: &Log) -> Vec<u64> {
                     .iter()
                     .find(|r| r.alias.is_none() && r.bytes > LARGE_REQUEST)
                 {
-                    next = r.bytes.div_ceil(512) * 512;
+                    // Saturating: a log's MEMORY may be near u64::MAX.
+                    next = r.bytes.checked_next_multiple_of(512).unwrap_or(u64::MAX);
                 }
             }
             Event::Release { .. } | Event::CopyFrom { .. } | Event::Mutate { .. } => next = 0,
@@ -348,5 +349,31 @@ mod tests {
             look_ahead(&lg),
             [3 << 20, (5 << 20) + 512, (5 << 20) + 512, 0, 2 << 20, 0]
         );
+    }
+
+    #[test]
+    fn a_request_near_u64_max_does_not_overflow_the_look_ahead() {
+        let mut w = crate::LogWriter::new(Vec::new());
+        w.annotate("START").unwrap();
+        w.constant("c", 0).unwrap();
+        w.call("g", &["c"], &[("b", u64::MAX - 1, None)], 1)
+            .unwrap();
+        let lg = crate::log::parse(&String::from_utf8(w.into_inner().unwrap()).unwrap()).unwrap();
+        assert_eq!(look_ahead(&lg), [u64::MAX, u64::MAX, 0]);
+        // Under window-move-ahead on a 64 MiB device: out of memory at g (or an error), no
+        // panic.
+        let options = SimOptions {
+            strategy: Strategy::WindowMoveAhead,
+            ..SimOptions::default()
+        };
+        let backend = crate::AllocatorBackend::on_device(
+            c10_cuda::config::AllocatorConfig::default(),
+            64 << 20,
+        )
+        .unwrap();
+        match run(&lg, &options, backend) {
+            Ok((r, _)) => assert_eq!((r.status, r.stopped_at), (Status::Oom, Some(4))),
+            Err(e) => assert_eq!(e.line, 4, "{e}"),
+        }
     }
 }
