@@ -47,8 +47,12 @@ pub struct AllocatorReport {
     /// Device allocations (`cudaMalloc` calls).
     pub device_mallocs: u64,
     /// Allocation requests served: the storages' (and a run's duplicates'), and the copies of
-    /// blocks moved out of the way. The holds of a move plan (free blocks allocated for the
-    /// time of its copies, `move_plan.rs`) are not counted: nothing is stored in them.
+    /// blocks moved out of the way by a move plan carried out. The holds of a move plan (free
+    /// blocks allocated for the time of its copies, `move_plan.rs`) are not counted: nothing
+    /// is stored in them; nor are the copies of a plan rolled back (a copy the allocator put
+    /// elsewhere than replayed). The peaks above (allocated, reserved, allocated at the
+    /// reserved peak, unused reserved) include the holds and the rolled-back copies: they were
+    /// allocated for a while.
     pub requests: u64,
 }
 
@@ -352,11 +356,8 @@ impl AllocatorBackend {
                 .try_malloc_placed(m.requested, StreamId::DEFAULT, Placement::Low)?
             {
                 MallocOutcome::Allocated(a) => {
-                    if m.tag == move_plan::HOLD {
-                        self.note_peaks();
-                    } else {
-                        self.note_malloc();
-                    }
+                    // Counted in `requests` once the plan is carried out.
+                    self.note_peaks();
                     copies.push(a.ptr);
                     if m.tag != move_plan::HOLD && plan.inside(a.ptr) {
                         ok = false;
@@ -383,6 +384,7 @@ impl AllocatorBackend {
             self.alloc.set_block_tag(to, m.tag)?;
             self.alloc.free(m.from)?;
             self.ptrs[m.tag as usize] = to;
+            self.report.requests += 1;
         }
         Ok(true)
     }

@@ -26,8 +26,9 @@
 //! blocks that were the best fit of its 5 and 9 MiB copies). Only blocks above the small
 //! pool's 1 MiB can be held. When the owner allows it (its last resort before out of memory),
 //! a window's copy that no cached block holds takes a new segment of the allocator's size for
-//! it (`get_allocation_size`) out of the device's free bytes, as the allocator would. The owner checks each copy's address when it makes them and the
-//! request by retrying `try_malloc`.
+//! it (`get_allocation_size`) out of the device's free bytes, as the allocator would. The
+//! owner checks each copy's address when it makes them and the request by retrying
+//! `try_malloc`.
 
 use c10_cuda::config::AllocatorConfig;
 use c10_cuda::device::{DevicePtr, StreamId};
