@@ -185,9 +185,10 @@ pub fn replay<B: Backend>(log: &Log, rt: &mut Runtime<B>) -> Result<(), SimError
     Ok(())
 }
 
-/// Per event, the bytes of the next large-pool request (the first fresh call output over
-/// 1 MiB, rounded to 512 bytes) of the calls after it, or 0 when a release, copy-over or
-/// mutation comes first ([`Strategy::WindowMoveAhead`]'s look-ahead).
+/// Per event, the bytes of the next large-pool request (the first fresh call output, or a
+/// constant, over 1 MiB, rounded to 512 bytes; a constant is allocated on the device like a
+/// call's output) of the events after it, or 0 when a release, copy-over or mutation comes
+/// first ([`Strategy::WindowMoveAhead`]'s look-ahead).
 fn look_ahead(log: &Log) -> Vec<u64> {
     let mut out = vec![0u64; log.events.len()];
     let mut next = 0u64;
@@ -203,8 +204,13 @@ fn look_ahead(log: &Log) -> Vec<u64> {
                     next = r.bytes.checked_next_multiple_of(512).unwrap_or(u64::MAX);
                 }
             }
+            Event::Constant { bytes, .. } => {
+                if *bytes > LARGE_REQUEST {
+                    next = bytes.checked_next_multiple_of(512).unwrap_or(u64::MAX);
+                }
+            }
             Event::Release { .. } | Event::CopyFrom { .. } | Event::Mutate { .. } => next = 0,
-            Event::Annotate(_) | Event::Constant { .. } | Event::Copy { .. } => {}
+            Event::Annotate(_) | Event::Copy { .. } => {}
         }
     }
     out
@@ -340,14 +346,26 @@ mod tests {
         )
         .unwrap();
         w.release("a").unwrap();
+        w.constant("big", (4 << 20) + 1).unwrap();
+        w.constant("small", 1 << 20).unwrap();
         w.call("k", &["c"], &[("x", 2 << 20, None)], 1).unwrap();
         let lg = crate::log::parse(&String::from_utf8(w.into_inner().unwrap()).unwrap()).unwrap();
-        // Events: c, f, g, h, release, k. After f: g's 1 MiB is small, h's first large output
-        // is e (rounded to 512 bytes); h and the release see nothing before the release; k is
-        // the last call.
+        // Events: c, f, g, h, release, big, small, k. After f: g's 1 MiB is small, h's first
+        // large output is e (rounded to 512 bytes); h sees nothing before the release; after
+        // the release the 4 MiB constant is the next request (a constant of 1 MiB is small),
+        // then k's output; k is the last call.
         assert_eq!(
             look_ahead(&lg),
-            [3 << 20, (5 << 20) + 512, (5 << 20) + 512, 0, 2 << 20, 0]
+            [
+                3 << 20,
+                (5 << 20) + 512,
+                (5 << 20) + 512,
+                0,
+                (4 << 20) + 512,
+                2 << 20,
+                2 << 20,
+                0
+            ]
         );
     }
 
