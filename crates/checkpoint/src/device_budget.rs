@@ -81,9 +81,9 @@
 //!   when its cost is at most the cost of the request's own plan plus the cost of the plan the
 //!   next request alone would need now (0 when a cached free block or the device's free bytes
 //!   serve it): one window then answers two requests, and the second does not miss and evict
-//!   again. No constant. Measured (README, "Look-ahead at the next request"): 12 of 12 fit logs
-//!   (mean distance +0.000, as `window-move-all`), 6 of 13 report logs (+0.038, against 7 and
-//!   +0.035), so it is not the default.
+//!   again. No constant. Measured (README, "Look-ahead at the next request"): 10 of 12 fit logs
+//!   (mean distance +0.013, against `window-move-all`'s 12 and +0.000), 7 of 13 report logs
+//!   (+0.046, against 7 and +0.035), so it is not the default.
 //!
 //! The three moving strategies (`window-move`, `window-move-all`, `window-move-ahead`), when
 //! nothing is left to evict (out of memory otherwise) while the storages' bytes fit, try one
