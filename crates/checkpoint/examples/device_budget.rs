@@ -2,9 +2,10 @@
 //! and the recorded corpus (`corpus/*.log.gz`), each log in the fit or the report half
 //! (`corpus/README.md`; constants are fitted on the fit half only):
 //! - the summary (default allocator; `CONF=expandable_segments:True` or any
-//!   PYTORCH_CUDA_ALLOC_CONF string runs the strategies under those settings): per log, the smallest ratio (0.05 steps) completing with
-//!   overhead <= 1.5 for the allocator-blind run (simrd) and each strategy asked (default
-//!   `callback`, `window` and `window-move-all`, the best on issue 28's logs); the main
+//!   PYTORCH_CUDA_ALLOC_CONF string runs the strategies under those settings): per log, the
+//!   smallest ratio (0.05 steps) completing with overhead <= 1.5 for the allocator-blind run
+//!   (simrd) and each strategy asked (default `callback`, `window` and `window-move-all`, the
+//!   best on issue 28's logs); the main
 //!   strategy's distance to the blind run, its worst overhead against the blind run at
 //!   ratios >= 0.5, and whether it is monotone (no failure above a completed ratio but one
 //!   0.05 step of noise); then the misses per half;

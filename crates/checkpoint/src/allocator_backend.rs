@@ -47,8 +47,12 @@ pub struct AllocatorReport {
     /// Device allocations (`cudaMalloc` calls).
     pub device_mallocs: u64,
     /// Allocation requests served: the storages' (and a run's duplicates'), and the copies of
-    /// blocks moved out of the way. The holds of a move plan (free blocks allocated for the
-    /// time of its copies, `move_plan.rs`) are not counted: nothing is stored in them.
+    /// blocks moved out of the way by a move plan carried out. The holds of a move plan (free
+    /// blocks allocated for the time of its copies, `move_plan.rs`) are not counted: nothing
+    /// is stored in them; nor are the copies of a plan rolled back (a copy the allocator put
+    /// elsewhere than replayed). The peaks above (allocated, reserved, allocated at the
+    /// reserved peak, unused reserved) include the holds and the rolled-back copies: they were
+    /// allocated for a while.
     pub requests: u64,
 }
 
@@ -247,11 +251,14 @@ impl AllocatorBackend {
     }
 
     /// The look-ahead plan ([`Backend::look_ahead`]) for `miss`, followed by a large-pool request
-    /// of `ahead` bytes: the cheapest plan for both at once (a window of the two sizes, or a
-    /// release), kept when it costs no more than the plan for `miss` alone plus what the next
-    /// request would cost if planned alone now (0 when a cached free block or the device's free
-    /// bytes already serve it; no plan for it alone keeps the joint plan), else the plan for
-    /// `miss` alone. `None` when there is no joint plan (the caller plans `miss` alone).
+    /// of `ahead` bytes: the cheapest plan for both at once (a window of the two rounded sizes,
+    /// or a release of the segments the allocator would take for both), kept when it costs no
+    /// more than the plan for `miss` alone plus what the next request would cost if planned
+    /// alone now (0 when a cached free block or the device's free bytes already serve it; no
+    /// plan for it alone keeps the joint plan), else the plan for `miss` alone. `None` when
+    /// there is no joint plan (the caller plans `miss` alone), and when the two rounded sizes
+    /// reach `max_split_size`: the merged block would be oversize, which the missed request
+    /// refuses when it is below `max_split_size` and takes whole, unsplit, when it is not.
     fn plan_ahead(
         &self,
         miss: &Miss,
@@ -259,15 +266,31 @@ impl AllocatorBackend {
         options: RoomOptions,
         lookup: impl FnMut(u64) -> Option<f64> + Copy,
     ) -> Option<RoomPlan> {
-        let mut both = *miss;
-        both.request.size = both.request.size.saturating_add(ahead);
-        let joint = self.alloc.plan_room(&both, options, lookup)?;
-        let Some(alone) = self.alloc.plan_room(miss, options, lookup) else {
-            return Some(joint);
-        };
+        // The next request as the allocator sizes it (rounded, and its segment's size).
         let next = Miss {
             request: self.alloc.request(ahead, miss.request.stream),
             ..*miss
+        };
+        if next.request.pool != Pool::Large {
+            return None;
+        }
+        let (first, second) = (miss.request, next.request);
+        let mut both = *miss;
+        both.request.requested = first.requested.saturating_add(ahead);
+        both.request.size = first.size.saturating_add(second.size);
+        if both.request.size >= self.alloc.config().max_split_size_or_max() {
+            return None;
+        }
+        // The segments a release must make room for: the first request's, and the second's
+        // unless the rest of the first one's holds it (a split leaves more than 1 MiB there).
+        both.request.alloc_size = if first.alloc_size.saturating_sub(first.size) >= second.size {
+            first.alloc_size
+        } else {
+            first.alloc_size.saturating_add(second.alloc_size)
+        };
+        let joint = self.alloc.plan_room(&both, options, lookup)?;
+        let Some(alone) = self.alloc.plan_room(miss, options, lookup) else {
+            return Some(joint);
         };
         let served = next.request.alloc_size <= miss.device_free
             || self.alloc.segments().any(|seg| {
@@ -352,11 +375,8 @@ impl AllocatorBackend {
                 .try_malloc_placed(m.requested, StreamId::DEFAULT, Placement::Low)?
             {
                 MallocOutcome::Allocated(a) => {
-                    if m.tag == move_plan::HOLD {
-                        self.note_peaks();
-                    } else {
-                        self.note_malloc();
-                    }
+                    // Counted in `requests` once the plan is carried out.
+                    self.note_peaks();
                     copies.push(a.ptr);
                     if m.tag != move_plan::HOLD && plan.inside(a.ptr) {
                         ok = false;
@@ -383,6 +403,7 @@ impl AllocatorBackend {
             self.alloc.set_block_tag(to, m.tag)?;
             self.alloc.free(m.from)?;
             self.ptrs[m.tag as usize] = to;
+            self.report.requests += 1;
         }
         Ok(true)
     }
@@ -603,5 +624,84 @@ impl Backend for AllocatorBackend {
             self.alloc.free(ptr)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: u64 = 1 << 20;
+
+    /// A backend on a device of `capacity` bytes under `config`, holding storages `0..` of
+    /// `sizes` bytes, allocated in order.
+    fn holding(config: &str, capacity: u64, sizes: &[u64]) -> AllocatorBackend {
+        let config = AllocatorConfig::parse(config).unwrap();
+        let mut b = AllocatorBackend::on_device(config, capacity).unwrap();
+        for (i, &bytes) in sizes.iter().enumerate() {
+            let storage = StorageId(i as u32);
+            let r = AllocRequest {
+                storage,
+                bytes,
+                compute_ns: 1,
+            };
+            assert_eq!(
+                b.try_allocate(r).unwrap(),
+                AllocOutcome::Done,
+                "storage {i}"
+            );
+        }
+        b
+    }
+
+    /// The victims `window-move-ahead` plans for a missed request of `bytes` followed by one
+    /// of `ahead` bytes, each storage `i` costing `costs[i]`.
+    fn victims(b: &mut AllocatorBackend, bytes: u64, ahead: u64, costs: &[f64]) -> Vec<u32> {
+        let storage = StorageId(costs.len() as u32);
+        let r = AllocRequest {
+            storage,
+            bytes,
+            compute_ns: 1,
+        };
+        assert_eq!(b.try_allocate(r).unwrap(), AllocOutcome::Miss);
+        b.look_ahead(ahead);
+        let mut out = Vec::new();
+        let cost = |s: StorageId| costs.get(s.index()).copied();
+        b.plan_room(&cost, 0.0, false, &mut out).unwrap();
+        let mut v: Vec<u32> = out.iter().map(|s| s.0).collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn the_joint_window_holds_both_rounded_sizes() {
+        // roundup_power2_divisions:4, one 20 MiB segment [4 | 4 | 1.5 | 8 | 2.5], the first
+        // three cheap. A 4.5 MiB miss followed by 4.5 MiB: each rounds to 5 MiB, so the joint
+        // window must span 10 MiB (5 + 4.5 = 9.5 would let the second miss again). The cheap
+        // 9.5 MiB window is too short; the 10 MiB ones take an 8 MiB block (1002 against 2 + 2
+        // for the two requests planned one at a time): the miss's own plan, [4 | 1.5].
+        let costs = [1.0, 1.0, 1.0, 1000.0, 1000.0];
+        let sizes = [4 * MB, 4 * MB, 3 * MB / 2, 8 * MB, 5 * MB / 2];
+        let mut b = holding("roundup_power2_divisions:4", 20 * MB, &sizes);
+        assert_eq!(victims(&mut b, 9 * MB / 2, 9 * MB / 2, &costs), [1, 2]);
+    }
+
+    #[test]
+    fn the_joint_release_gives_both_segments() {
+        // Three 12 MiB segments, two cheap. A 12 MiB miss followed by 12 MiB: each needs its
+        // own 12 MiB segment, so the joint release frees two (cost 2, no more than 1 + 1), not
+        // the one segment of the miss's own size.
+        let costs = [1.0, 1.0, 1000.0];
+        let mut b = holding("", 36 * MB, &[12 * MB; 3]);
+        assert_eq!(victims(&mut b, 12 * MB, 12 * MB, &costs), [0, 1]);
+    }
+
+    #[test]
+    fn no_joint_window_reaches_max_split_size() {
+        // max_split_size_mb:20, one 20 MiB segment [9.5 | 10.5], both cheap. A 9.5 MiB miss
+        // followed by 10.5 MiB: the 20 MiB window would merge into an oversize block, which
+        // the 9.5 MiB request refuses. The miss's own plan: its 9.5 MiB block.
+        let mut b = holding("max_split_size_mb:20", 20 * MB, &[19 * MB / 2, 21 * MB / 2]);
+        assert_eq!(victims(&mut b, 19 * MB / 2, 21 * MB / 2, &[1.0, 1.0]), [0]);
     }
 }

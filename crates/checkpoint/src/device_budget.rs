@@ -81,15 +81,16 @@
 //!   when its cost is at most the cost of the request's own plan plus the cost of the plan the
 //!   next request alone would need now (0 when a cached free block or the device's free bytes
 //!   serve it): one window then answers two requests, and the second does not miss and evict
-//!   again. No constant. Measured (README, "Look-ahead at the next request"): 12 of 12 fit logs
-//!   (mean distance +0.000, as `window-move-all`), 6 of 13 report logs (+0.038, against 7 and
-//!   +0.035), so it is not the default.
+//!   again. No constant. Measured (README, "Look-ahead at the next request"): 10 of 12 fit logs
+//!   (mean distance +0.013, against `window-move-all`'s 12 and +0.000), 7 of 13 report logs
+//!   (+0.046, against 7 and +0.035), so it is not the default.
 //!
-//! Both moving strategies, when nothing is left to evict (out of memory otherwise) while the
-//! storages' bytes fit, try one last move plan per allocation (a window or segments released)
-//! whose copies may take new segments from the device's free bytes where no cached block holds
-//! them; if the retry still misses, the allocation is out of memory (vgg16-32 at 0.55: every storage
-//! locked by the running call, a 392 MiB request, its one window's 33.6 MiB of copies with
+//! The three moving strategies (`window-move`, `window-move-all`, `window-move-ahead`), when
+//! nothing is left to evict (out of memory otherwise) while the storages' bytes fit, try one
+//! last move plan per allocation (a window or segments released) whose copies may take new
+//! segments from the device's free bytes where no cached block holds them; if the retry still
+//! misses, the allocation is out of memory (vgg16-32 at 0.55: every storage locked by the
+//! running call, a 392 MiB request, its one window's 33.6 MiB of copies with
 //! nowhere cached to go and 107 MiB left on the device). Only then: allowed on every miss it
 //! put lstm and gpt-4 off the targets on the fit half.
 //!
@@ -102,16 +103,16 @@
 //! meets them on 5 (1/2: 3) and is within 0.05 on 8 (1/2: 5); no strategy here meets them on
 //! every log. `examples/device_budget.rs` prints the per-log table, the README has the figures.
 //! The moving strategies add no constant of their own (the copy's price is the cost model's):
-//! `window-move-all`, the default since issue 28, meets the three targets on all 12 fit logs and 7 of the 13 report logs
-//! (mean distance to the blind run +0.000 and +0.035; before whole small segments: 11 and 7,
-//! densenet201-32 +0.10), `window-move` on 9 and 6. Whole small segments for `window` and
-//! `window-move` leave their counts as they were (9 and 5, 9 and 6), so only
-//! `window-move-all` plans them. Under expandable segments `window-move-all` meets the targets
-//! on 8 fit and 6 report logs only. What it still misses (README, "Moving live blocks"):
-//! final-phase and backward thrash (lstm-32, swin_t-32, inception_v3-32), evictions forced by
-//! the allocator's segment rounding while the storages' bytes fit (resnet18-64,
-//! convnext_tiny-32), and vgg16-32 out of memory at 0.55 (since the last-resort plan above,
-//! in the final phase instead of the backward).
+//! `window-move-all`, the default since issue 28, meets the three targets on all 12 fit logs
+//! and 7 of the 13 report logs (mean distance to the blind run +0.000 and +0.035; before
+//! whole small segments: 11 and 7, densenet201-32 +0.10), `window-move` on 9 and 6. Whole
+//! small segments for `window` and `window-move` leave their counts as they were (9 and 5, 9
+//! and 6), so only `window-move-all` plans them. Under expandable segments `window-move-all`
+//! meets the targets on 8 fit and 6 report logs only. What it still misses (README, "Moving
+//! live blocks"): final-phase and backward thrash (lstm-32, swin_t-32, inception_v3-32),
+//! evictions forced by the allocator's segment rounding while the storages' bytes fit
+//! (resnet18-64, convnext_tiny-32), and vgg16-32 out of memory at 0.55 (since the
+//! last-resort plan above, in the final phase instead of the backward).
 
 use std::fmt;
 use std::str::FromStr;
@@ -179,7 +180,8 @@ impl Strategy {
     ];
 
     /// The CLI and JSON name: `callback`, `window`, `window-total`, `window-score`,
-    /// `window-first`, `window-deficit`, `window-move`, `window-move-all`.
+    /// `window-first`, `window-deficit`, `window-move`, `window-move-all`,
+    /// `window-move-ahead`.
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Callback => "callback",

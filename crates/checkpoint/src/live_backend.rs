@@ -20,9 +20,11 @@
 //! capacity is the budget) nothing is counted: before a call runs, the core reserves each
 //! declared output with the allocator's `try_malloc` ([`Backend::try_allocate`]), evicting on
 //! a miss (between allocator calls, never inside one), and the backend hands the reserved
-//! blocks back just before the closure runs, so that the closure's own allocations, of the
-//! same sizes in the same order, are served from exactly those blocks without a miss. After
-//! the run each fresh output's block is tagged with its storage for the window plans.
+//! blocks back just before the closure runs (the front's thread caches settled before, not
+//! after: a waiting block freed beside them could change the best fit), so that the closure's
+//! own allocations, of the same sizes in the same order, are served from exactly those blocks
+//! without a miss. After the run each fresh output's block is tagged with its storage for the
+//! window plans.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -108,7 +110,19 @@ pub struct MemoryFigures {
 /// Reads a device's figures from a caching allocator of any device kind, and reaches its
 /// owner-side API (`try_malloc`, tags, `plan_room`) for a device-memory budget.
 trait StatsSource {
-    fn figures(&self, device: u8) -> MemoryFigures;
+    /// Gives the blocks waiting in the front's thread caches back to the allocators
+    /// (`settle_thread_caches`).
+    fn settle(&self);
+    /// The figures as the raw allocator has them now: a block waiting in a thread cache
+    /// counts as allocated.
+    fn figures_raw(&self, device: u8) -> MemoryFigures;
+    /// The figures once the thread caches are settled: blocks the user freed may wait in the
+    /// front's thread caches (another thread's lock held a moment puts this one in contended
+    /// mode); the raw allocator counts them as allocated, and the budget must not.
+    fn figures(&self, device: u8) -> MemoryFigures {
+        self.settle();
+        self.figures_raw(device)
+    }
     fn config(&self, device: u8) -> AllocatorConfig;
     /// The device's total memory (its capacity).
     fn capacity(&self, device: u8) -> Result<u64, c10_cuda::Error>;
@@ -131,11 +145,11 @@ trait StatsSource {
 }
 
 impl<D: DeviceMemory> StatsSource for CachingAllocator<D> {
-    fn figures(&self, device: u8) -> MemoryFigures {
-        // Blocks the user freed may wait in the front's thread caches (another thread's lock
-        // held a moment puts this one in contended mode); the raw allocator counts them as
-        // allocated, and the budget must not.
+    fn settle(&self) {
         self.settle_thread_caches();
+    }
+
+    fn figures_raw(&self, device: u8) -> MemoryFigures {
         self.with_device(device, |d| {
             let s = d.stats();
             let a = &s.allocated_bytes[StatType::Aggregate as usize];
@@ -262,8 +276,18 @@ impl LiveBackend {
         index: u8,
     ) -> Self {
         let alloc_config = front.config(index);
+        Self::with_source(front, alloc_config, device, index)
+    }
+
+    /// A backend over `stats`, whose allocator config is `alloc_config`.
+    fn with_source(
+        stats: Arc<dyn StatsSourceSync>,
+        alloc_config: AllocatorConfig,
+        device: Device,
+        index: u8,
+    ) -> Self {
         LiveBackend {
-            stats: front,
+            stats,
             device,
             index,
             alloc_config,
@@ -303,6 +327,16 @@ impl LiveBackend {
                 })?;
         }
         Ok(())
+    }
+
+    /// Just before a run: settles the front's thread caches, then hands the reserved blocks
+    /// back, and returns the figures then without settling again. Settling after the blocks
+    /// are back could free waiting blocks next to them and change the allocator's best fit,
+    /// so that the run's outputs would not land in exactly the reserved blocks.
+    fn hand_back_for_run(&mut self) -> Result<MemoryFigures, LiveError> {
+        self.stats.settle();
+        self.release_reserved()?;
+        Ok(self.stats.figures_raw(self.index))
     }
 
     fn reserve(&mut self, bytes: u64) -> Result<AllocOutcome, BoxError> {
@@ -429,8 +463,7 @@ impl LiveBackend {
             })?;
             inputs.push(v);
         }
-        self.release_reserved()?;
-        let before = self.figures();
+        let before = self.hand_back_for_run()?;
         let start = Instant::now();
         let outs = f(&inputs).map_err(|source| LiveError::Op {
             op: name.clone(),
@@ -664,5 +697,72 @@ impl Backend for LiveBackend {
             out.extend(tags.iter().map(|&t| StorageId(t as u32)));
         }
         Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A source that records the calls the backend makes.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl Recorder {
+        fn note(&self, what: String) {
+            self.0.lock().unwrap().push(what);
+        }
+    }
+
+    impl StatsSource for Recorder {
+        fn settle(&self) {
+            self.note("settle".into());
+        }
+        fn figures_raw(&self, _: u8) -> MemoryFigures {
+            self.note("figures".into());
+            MemoryFigures::default()
+        }
+        fn config(&self, _: u8) -> AllocatorConfig {
+            AllocatorConfig::default()
+        }
+        fn capacity(&self, _: u8) -> Result<u64, c10_cuda::Error> {
+            Ok(0)
+        }
+        fn try_malloc(&self, _: u8, _: usize) -> Result<Result<DevicePtr, Miss>, c10_cuda::Error> {
+            unreachable!("not reserved in this test")
+        }
+        fn free(&self, _: u8, ptr: DevicePtr) -> Result<(), c10_cuda::Error> {
+            self.note(format!("free {ptr}"));
+            Ok(())
+        }
+        fn set_tag(&self, _: u8, _: DevicePtr, _: u64) -> Result<(), c10_cuda::Error> {
+            Ok(())
+        }
+        fn plan(
+            &self,
+            _: u8,
+            _: &Miss,
+            _: RoomOptions,
+            _: &mut dyn FnMut(u64) -> Option<f64>,
+        ) -> Option<Vec<u64>> {
+            None
+        }
+    }
+
+    #[test]
+    fn thread_caches_settle_before_the_reserved_blocks_go_back() {
+        // Settling after the reserved blocks are back could free waiting blocks beside them
+        // and move the run's best fits out of them: settle first, read the figures raw.
+        let rec = Arc::new(Recorder::default());
+        let mut b =
+            LiveBackend::with_source(rec.clone(), AllocatorConfig::default(), Device::cpu(), 0);
+        b.reserved = vec![0x1000, 0x2000];
+        b.hand_back_for_run().unwrap();
+        assert_eq!(
+            *rec.0.lock().unwrap(),
+            ["settle", "free 8192", "free 4096", "figures"]
+        );
     }
 }

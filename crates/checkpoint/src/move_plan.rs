@@ -26,8 +26,9 @@
 //! blocks that were the best fit of its 5 and 9 MiB copies). Only blocks above the small
 //! pool's 1 MiB can be held. When the owner allows it (its last resort before out of memory),
 //! a window's copy that no cached block holds takes a new segment of the allocator's size for
-//! it (`get_allocation_size`) out of the device's free bytes, as the allocator would. The owner checks each copy's address when it makes them and the
-//! request by retrying `try_malloc`.
+//! it (`get_allocation_size`) out of the device's free bytes, as the allocator would. The
+//! owner checks each copy's address when it makes them and the request by retrying
+//! `try_malloc`.
 
 use c10_cuda::config::AllocatorConfig;
 use c10_cuda::device::{DevicePtr, StreamId};
@@ -449,13 +450,16 @@ fn fit(
         if should_split(fsize, size, pool == Pool::Small, config) {
             let rest = (fsize - size, fptr + size as u64);
             free[k] = (pool, stream, rest.0, rest.1);
-            if hold && inside(rest.1) && rest.0 > SMALL_SIZE {
-                // The hold's block was larger than its request: hold what is left of it.
+            // The hold's block was larger than its request: hold what is left of it, when
+            // its hold is a large-pool request (a rest of 1.125 MiB under four divisions
+            // holds 1 MiB, which the allocator sends to the small pool).
+            let h = hold_request(rest.0, config);
+            if hold && inside(rest.1) && h > SMALL_SIZE {
                 queue.push_front((
                     Move {
                         tag: HOLD,
                         from: rest.1,
-                        requested: hold_request(rest.0, config),
+                        requested: h,
                         to: 0,
                     },
                     true,
@@ -785,6 +789,36 @@ mod tests {
             ]
         );
         assert_eq!((p.copies(), p.bytes), (1, (4 * MB) as u64));
+    }
+
+    #[test]
+    fn a_rest_whose_hold_is_a_small_request_is_not_held() {
+        // As above with a 13.125 MiB first block: its hold asks for 12 MiB and splits it; the
+        // 1.125 MiB left would hold 1 MiB (the step below its rounded 1.25 MiB), a small-pool
+        // request that the allocator would not serve from this large block. It stays free
+        // (too small for the 4 MiB copy's best fit).
+        let config = AllocatorConfig::parse("roundup_power2_divisions:4").unwrap();
+        assert_eq!(hold_request(9 * MB / 8, &config), MB);
+        let base_b = 1u64 << 32;
+        let a = [
+            (105 * MB / 8, Slot::Free),
+            (4 * MB, mv(1, 4)),
+            (7 * MB, Slot::Free),
+        ];
+        let b = [(20 * MB, mv(2, 20)), (8 * MB, Slot::Free)];
+        let (segs, blocks) = layout_bytes(&[(0, &a), (base_b, &b)]);
+        let p = plan(&segs, &blocks, &miss(24 * MB, 16 * MB), &config, true).unwrap();
+        let got: Vec<(u64, u64, usize)> =
+            p.moves.iter().map(|m| (m.tag, m.to, m.requested)).collect();
+        assert_eq!(
+            got,
+            [
+                (HOLD, 0, 12 * MB),
+                (HOLD, (137 * MB / 8) as u64, 7 * MB),
+                (1, base_b + (20 * MB) as u64, 4 * MB)
+            ]
+        );
+        assert!(p.moves.iter().all(|m| m.requested > SMALL_SIZE));
     }
 
     #[test]

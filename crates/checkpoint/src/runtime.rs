@@ -313,8 +313,9 @@ impl<B: Backend> Runtime<B> {
     }
 
     /// The bytes of the large-pool request known to follow the program's next call (a replayed
-    /// log's look-ahead, [`crate::Strategy::WindowMoveAhead`]; the simulator sets it before
-    /// every event); 0 when unknown or when a free may come first. Other strategies ignore it.
+    /// log's look-ahead, [`crate::Strategy::WindowMoveAhead`]; under that strategy the
+    /// simulator sets it before every event, under the others it never sets it); 0 when
+    /// unknown or when a free may come first. Other strategies ignore it.
     pub fn set_ahead(&mut self, bytes: u64) {
         self.ahead = bytes;
     }

@@ -185,9 +185,10 @@ pub fn replay<B: Backend>(log: &Log, rt: &mut Runtime<B>) -> Result<(), SimError
     Ok(())
 }
 
-/// Per event, the bytes of the next large-pool request (the first fresh call output over
-/// 1 MiB, rounded to 512 bytes) of the calls after it, or 0 when a release, copy-over or
-/// mutation comes first ([`Strategy::WindowMoveAhead`]'s look-ahead).
+/// Per event, the bytes of the next large-pool request (the first fresh call output, or a
+/// constant, over 1 MiB, rounded to 512 bytes; a constant is allocated on the device like a
+/// call's output) of the events after it, or 0 when a release, copy-over or mutation comes
+/// first ([`Strategy::WindowMoveAhead`]'s look-ahead).
 fn look_ahead(log: &Log) -> Vec<u64> {
     let mut out = vec![0u64; log.events.len()];
     let mut next = 0u64;
@@ -199,11 +200,17 @@ fn look_ahead(log: &Log) -> Vec<u64> {
                     .iter()
                     .find(|r| r.alias.is_none() && r.bytes > LARGE_REQUEST)
                 {
-                    next = r.bytes.div_ceil(512) * 512;
+                    // Saturating: a log's MEMORY may be near u64::MAX.
+                    next = r.bytes.checked_next_multiple_of(512).unwrap_or(u64::MAX);
+                }
+            }
+            Event::Constant { bytes, .. } => {
+                if *bytes > LARGE_REQUEST {
+                    next = bytes.checked_next_multiple_of(512).unwrap_or(u64::MAX);
                 }
             }
             Event::Release { .. } | Event::CopyFrom { .. } | Event::Mutate { .. } => next = 0,
-            Event::Annotate(_) | Event::Constant { .. } | Event::Copy { .. } => {}
+            Event::Annotate(_) | Event::Copy { .. } => {}
         }
     }
     out
@@ -339,14 +346,52 @@ mod tests {
         )
         .unwrap();
         w.release("a").unwrap();
+        w.constant("big", (4 << 20) + 1).unwrap();
+        w.constant("small", 1 << 20).unwrap();
         w.call("k", &["c"], &[("x", 2 << 20, None)], 1).unwrap();
         let lg = crate::log::parse(&String::from_utf8(w.into_inner().unwrap()).unwrap()).unwrap();
-        // Events: c, f, g, h, release, k. After f: g's 1 MiB is small, h's first large output
-        // is e (rounded to 512 bytes); h and the release see nothing before the release; k is
-        // the last call.
+        // Events: c, f, g, h, release, big, small, k. After f: g's 1 MiB is small, h's first
+        // large output is e (rounded to 512 bytes); h sees nothing before the release; after
+        // the release the 4 MiB constant is the next request (a constant of 1 MiB is small),
+        // then k's output; k is the last call.
         assert_eq!(
             look_ahead(&lg),
-            [3 << 20, (5 << 20) + 512, (5 << 20) + 512, 0, 2 << 20, 0]
+            [
+                3 << 20,
+                (5 << 20) + 512,
+                (5 << 20) + 512,
+                0,
+                (4 << 20) + 512,
+                2 << 20,
+                2 << 20,
+                0
+            ]
         );
+    }
+
+    #[test]
+    fn a_request_near_u64_max_does_not_overflow_the_look_ahead() {
+        let mut w = crate::LogWriter::new(Vec::new());
+        w.annotate("START").unwrap();
+        w.constant("c", 0).unwrap();
+        w.call("g", &["c"], &[("b", u64::MAX - 1, None)], 1)
+            .unwrap();
+        let lg = crate::log::parse(&String::from_utf8(w.into_inner().unwrap()).unwrap()).unwrap();
+        assert_eq!(look_ahead(&lg), [u64::MAX, u64::MAX, 0]);
+        // Under window-move-ahead on a 64 MiB device: out of memory at g (or an error), no
+        // panic.
+        let options = SimOptions {
+            strategy: Strategy::WindowMoveAhead,
+            ..SimOptions::default()
+        };
+        let backend = crate::AllocatorBackend::on_device(
+            c10_cuda::config::AllocatorConfig::default(),
+            64 << 20,
+        )
+        .unwrap();
+        match run(&lg, &options, backend) {
+            Ok((r, _)) => assert_eq!((r.status, r.stopped_at), (Status::Oom, Some(4))),
+            Err(e) => assert_eq!(e.line, 4, "{e}"),
+        }
     }
 }

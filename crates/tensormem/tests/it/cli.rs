@@ -1306,7 +1306,8 @@ fn usage_errors_are_one_line(#[case] args: &[&str], #[case] message: &str) {
 fn train_under_a_device_budget_stays_under_the_capacity_with_the_same_losses() {
     let dir = Scratch::new("train-device");
     // The default MLP: 256 KiB activations in the small pool's 2 MiB segments; 0.85 of its
-    // 5.06 MiB peak leaves room for two segments. Without --strategy: window (train's own default: its live driver cannot copy).
+    // 5.06 MiB peak leaves room for two segments. Without --strategy: window (train's own
+    // default: its live driver cannot copy).
     for given in [Some("window"), Some("callback"), None] {
         let mut line = vec![
             "train",
