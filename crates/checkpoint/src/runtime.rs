@@ -447,7 +447,8 @@ impl<B: Backend> Runtime<B> {
                     self.estar.grow(self.storages.len());
                     self.size_sum += o.bytes as u128;
                     self.size_count += 1;
-                    total += o.bytes;
+                    // Saturating: `run_op` refuses a call whose bytes pass u64::MAX.
+                    total = total.saturating_add(o.bytes);
                     s
                 }
             };
@@ -531,7 +532,7 @@ impl<B: Backend> Runtime<B> {
         let t = outs.get(0);
         let s = self.tensors[t.index()].storage;
         self.storages[s.index()].constant = true;
-        self.profile.constant_bytes += bytes;
+        self.profile.constant_bytes = self.profile.constant_bytes.saturating_add(bytes);
         self.pin(t)?;
         Ok(t)
     }
@@ -948,6 +949,14 @@ impl<B: Backend> Runtime<B> {
             let o = &self.ops[op.index()];
             (o.first_output, o.outputs, o.total_size)
         };
+        if self.memory.checked_add(total).is_none() {
+            // No budget or device holds more than u64::MAX bytes (a malformed log's sizes).
+            return Err(Error::OutOfMemory {
+                requested: total,
+                used: self.memory,
+                budget: self.config.budget.unwrap_or(u64::MAX),
+            });
+        }
         let mut dups = std::mem::take(&mut self.scratch_dups);
         let mut newly = std::mem::take(&mut self.scratch_new);
         let mut fresh = std::mem::take(&mut self.scratch_storages);

@@ -314,17 +314,21 @@ pub fn run<B: Backend>(
 /// their last name dies).
 ///
 /// # Errors
-/// [`SimError`] when the log is inconsistent (a release of a tensor with no reference left).
+/// [`SimError`] when the log is inconsistent (a release of a tensor with no reference left),
+/// or when its sizes pass u64::MAX bytes ([`Error::OutOfMemory`]: without a budget nothing
+/// else runs out of memory).
 pub fn baseline(log: &Log) -> Result<Baseline, SimError> {
     let options = SimOptions {
         heuristic: Heuristic::DtrLocal,
         release: ReleasePolicy::Banish,
         ..SimOptions::default()
     };
-    let (r, _) = run(log, &options, NullBackend)?;
+    let mut rt = Runtime::new(NullBackend, options.config());
+    replay(log, &mut rt)?;
+    let profile = rt.profile();
     Ok(Baseline {
-        peak_bytes: r.profile.peak_bytes,
-        compute_ns: r.profile.base_compute_ns,
+        peak_bytes: profile.peak_bytes,
+        compute_ns: profile.base_compute_ns,
     })
 }
 
@@ -367,6 +371,48 @@ mod tests {
                 0
             ]
         );
+    }
+
+    #[test]
+    fn outputs_past_u64_max_bytes_are_out_of_memory_not_a_panic() {
+        // One call whose two outputs pass u64::MAX bytes on top of a constant: every run, with
+        // and without a budget, stops there with out of memory.
+        let mut w = crate::LogWriter::new(Vec::new());
+        w.annotate("START").unwrap();
+        w.constant("c", 512).unwrap();
+        w.call(
+            "f",
+            &["c"],
+            &[("a", u64::MAX - 600, None), ("b", 4096, None)],
+            1,
+        )
+        .unwrap();
+        let lg = crate::log::parse(&String::from_utf8(w.into_inner().unwrap()).unwrap()).unwrap();
+        let err = baseline(&lg).unwrap_err();
+        assert!(
+            matches!(
+                err.source,
+                Error::OutOfMemory {
+                    used: 512,
+                    requested: u64::MAX,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        for budget in [None, Some(1 << 30)] {
+            let options = SimOptions {
+                budget,
+                ..SimOptions::default()
+            };
+            match run(&lg, &options, crate::NullBackend) {
+                Ok((r, _)) => assert_eq!(r.status, Status::Oom, "budget {budget:?}"),
+                Err(e) => assert!(
+                    matches!(e.source, Error::OutOfMemory { .. }),
+                    "budget {budget:?}: {e}"
+                ),
+            }
+        }
     }
 
     #[test]
