@@ -591,6 +591,25 @@ impl FreeIndex {
         };
         // Unlink `old` from its class list (as `remove_present`).
         let c_old = class_of(old.size);
+        let c = class_of(new.size);
+        if prev == NIL
+            && next == NIL
+            && c != c_old
+            && c >> 6 == c_old >> 6
+            && f.heads.get(c) == Some(&NIL)
+        {
+            // `old` alone in its class moves to an empty class of the same word (a split
+            // small-pool segment's remainder): one bitmap word update, the upper levels of the
+            // word already set (as `link` with `word_set`).
+            let id = new.id.raw();
+            *f.head_of_used(c_old) = NIL;
+            *f.head_of_used(c) = id;
+            let w = &mut f.bitmap.words[(c >> 6) & (WORDS - 1)];
+            *w = (*w & !(1 << (c_old & 63))) | (1 << (c & 63));
+            let n = self.nodes.at_mut(id);
+            (n.prev, n.next, n.ptr, n.size) = (NIL, NIL, new.ptr, new.size);
+            return;
+        }
         if prev == NIL {
             *f.head_of_used(c_old) = next;
             if next == NIL {
@@ -605,7 +624,6 @@ impl FreeIndex {
         // Link `new` (as `insert`). `old`'s class was non-empty, so the upper levels of its
         // word are set: a remainder in the same word (a split small-pool segment's always is)
         // sets its class's bit alone.
-        let c = class_of(new.size);
         if c >= f.heads.len() {
             f.grow_heads(c);
         }
