@@ -72,7 +72,12 @@
 //! `Params`); 637 at 2855cee (front-warm:2 831: the front's rare paths, the out-of-memory
 //! retry, the thread-cache take and the tracked free, out of line, 883 -> 850 with the direct
 //! pair unchanged; `BlockId` a `NonZeroU32`, so a block's `Option<BlockId>` links are one word,
-//! 653 -> 636 and 850 -> 845; the free with stream uses out of line, 637 and 831). By file at
+//! 653 -> 636 and 850 -> 845; the free with stream uses out of line, 637 and 831); 630 at
+//! a34bbd7 (front-warm:2 819: a split's remainder alone in its class moves to an empty class
+//! of the same bitmap word with one word update). Wall clock at fcab87c (`cargo xtask bench
+//! alloc --quick`, quiet machine): warm 512 B pair 38.7 ns in 3 of 5 runs, 59-61 ns in the
+//! other 2 (runs are bimodal per process, whatever the commit; d20c910: 44.8-45.3, one 50.4).
+//! By file at
 //! 2855cee: free index 175, `allocator.rs` 137, block arena 65, stats 58, slice indexing 37,
 //! pointer map 32, Vec pointer reloads 28, sizes 16, `uint_macros` 16, the bench's loop 14,
 //! `cmp` 10; about 78 stack loads and stores per pair (about 69 at 04b8d0c, counted the same
