@@ -757,6 +757,24 @@ mod tests {
         }
     }
 
+    /// The plan of the two power2-divisions hold tests: roundup_power2_divisions:4, segment A
+    /// `[free first][live 4 MiB (tag 1)][free 7 MiB]` at 0, segment B `[live 20 MiB (tag 2)]
+    /// [free 8 MiB]` at 2^32, a 24 MiB request with 16 MiB left on the device, new segments
+    /// allowed. Returns the plan and its moves as (tag, destination, requested bytes).
+    fn power2_hold_plan(first: usize) -> (MovePlan, Vec<(u64, u64, usize)>) {
+        let config = AllocatorConfig::parse("roundup_power2_divisions:4").unwrap();
+        let a = [
+            (first, Slot::Free),
+            (4 * MB, mv(1, 4)),
+            (7 * MB, Slot::Free),
+        ];
+        let b = [(20 * MB, mv(2, 20)), (8 * MB, Slot::Free)];
+        let (segs, blocks) = layout_bytes(&[(0, &a), (1u64 << 32, &b)]);
+        let p = plan(&segs, &blocks, &miss(24 * MB, 16 * MB), &config, true).unwrap();
+        let got = p.moves.iter().map(|m| (m.tag, m.to, m.requested)).collect();
+        (p, got)
+    }
+
     #[test]
     fn a_hold_under_power2_divisions_takes_its_own_block() {
         // roundup_power2_divisions:4. Segment A: [free 13.5][live 4 (tag 1)][free 7];
@@ -767,18 +785,8 @@ mod tests {
         // (it would take a new 14 MiB segment, and leave A's block free); the hold asks for
         // 12 MiB instead, its best fit is A's 13.5 MiB block, which splits, and the 1.5 MiB
         // left of it is held next. Then 7 MiB, then the copy to B's 8 MiB block.
-        let config = AllocatorConfig::parse("roundup_power2_divisions:4").unwrap();
+        let (p, got) = power2_hold_plan(27 * MB / 2);
         let base_b = 1u64 << 32;
-        let a = [
-            (27 * MB / 2, Slot::Free),
-            (4 * MB, mv(1, 4)),
-            (7 * MB, Slot::Free),
-        ];
-        let b = [(20 * MB, mv(2, 20)), (8 * MB, Slot::Free)];
-        let (segs, blocks) = layout_bytes(&[(0, &a), (base_b, &b)]);
-        let p = plan(&segs, &blocks, &miss(24 * MB, 16 * MB), &config, true).unwrap();
-        let got: Vec<(u64, u64, usize)> =
-            p.moves.iter().map(|m| (m.tag, m.to, m.requested)).collect();
         assert_eq!(
             got,
             [
@@ -799,17 +807,8 @@ mod tests {
         // (too small for the 4 MiB copy's best fit).
         let config = AllocatorConfig::parse("roundup_power2_divisions:4").unwrap();
         assert_eq!(hold_request(9 * MB / 8, &config), MB);
+        let (p, got) = power2_hold_plan(105 * MB / 8);
         let base_b = 1u64 << 32;
-        let a = [
-            (105 * MB / 8, Slot::Free),
-            (4 * MB, mv(1, 4)),
-            (7 * MB, Slot::Free),
-        ];
-        let b = [(20 * MB, mv(2, 20)), (8 * MB, Slot::Free)];
-        let (segs, blocks) = layout_bytes(&[(0, &a), (base_b, &b)]);
-        let p = plan(&segs, &blocks, &miss(24 * MB, 16 * MB), &config, true).unwrap();
-        let got: Vec<(u64, u64, usize)> =
-            p.moves.iter().map(|m| (m.tag, m.to, m.requested)).collect();
         assert_eq!(
             got,
             [
