@@ -945,6 +945,26 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let mut merged_bytes: usize = 0;
         // The neighbours are in the block's pool (no block crosses pools).
         let pool = self.pools.block_pool_mut(block_pool, small);
+        if let Some(up) = next {
+            if mapped && merges_up_only(&self.blocks, prev, up) {
+                merge_up(&mut self.blocks, pool, id, f);
+                let b = self.blocks.get(up);
+                let stats = self.accounting.kept_mut();
+                // The upper neighbour left the inactive split blocks; the merged block joins
+                // them if it is still split (its bytes less the upper neighbour's: `size`).
+                if b.is_split() {
+                    increase(&mut stats.inactive_split_bytes, small, f.size as u64);
+                } else {
+                    decrease(&mut stats.inactive_split, small, 1);
+                    decrease(
+                        &mut stats.inactive_split_bytes,
+                        small,
+                        (b.size - f.size) as u64,
+                    );
+                }
+                return;
+            }
+        }
         if let Some(src) = prev {
             let subsumed = merge_neighbour(&mut self.blocks, pool, id, src, mapped, true);
             merged_blocks += i64::from(subsumed > 0);
@@ -1041,6 +1061,44 @@ fn merge_neighbour(
     }
     blocks.remove(src);
     s_size
+}
+
+/// Whether freeing a mapped block between `prev` and `up` merges it with `up` alone: `up` is
+/// idle, mapped and outside expandable segments, and `prev` is absent or not idle (so the
+/// merged block is `up` grown downwards: [`merge_up`]).
+#[inline(always)]
+fn merges_up_only(blocks: &BlockStore, prev: Option<BlockId>, up: BlockId) -> bool {
+    let u = blocks.get(up);
+    u.is_idle()
+        && u.mapped
+        && u.expandable.is_none()
+        && prev.is_none_or(|p| !blocks.get(p).is_idle())
+}
+
+/// The free of block `id` (`f`) that [`merges_up_only`] with its upper neighbour: the same
+/// blocks and free-index keys as merging the neighbour into the block (PyTorch's
+/// `try_merge_blocks`, then `insert_into_blocks`), but the neighbour keeps its id and its place
+/// in the free index, re-keyed to the merged range and given the freed block's fields, and the
+/// freed block's slot is deleted. A
+/// freed split piece below a free remainder (a warm alloc/free pair) so takes one re-key
+/// instead of a removal and an insert.
+#[inline(always)]
+fn merge_up(blocks: &mut BlockStore, pool: &mut BlockPool, id: BlockId, f: Freed) {
+    let Some(up) = f.next else {
+        unreachable!("merge_up is given a block with an upper neighbour");
+    };
+    let old = SizeKey::of(up, blocks.get(up));
+    if let Some(p) = f.prev {
+        blocks.get_mut(p).next = Some(up);
+    }
+    let u = blocks.get_mut(up);
+    u.ptr = f.ptr;
+    u.size += f.size;
+    u.prev = f.prev;
+    // The merged block is the freed one in PyTorch: its last request stays (snapshots show it).
+    u.requested_size = f.requested;
+    pool.rekey_in_blocks(&old, up, u);
+    blocks.remove(id);
 }
 
 #[inline(always)]

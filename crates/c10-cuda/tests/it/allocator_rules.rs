@@ -437,3 +437,68 @@ fn unknown_pointers_are_errors(#[case] ptr: DevicePtr) {
     assert!(a.free(live.ptr).is_err(), "a double free is refused");
     assert!(a.check_invariants().is_ok());
 }
+
+// ---------------------------------------------------------------------------------------------
+// free: merging with idle neighbours
+// ---------------------------------------------------------------------------------------------
+
+/// A free merges the block with its idle neighbours (PyTorch's `free_block`: the lower one
+/// first, then the upper one; the merged block is the freed one, keeping its request). One
+/// small-pool segment tiled `[a 1024][b 2048][c 3072][rest]`; `a` and/or `c` are freed before
+/// `b`. Each row gives the free blocks after `b`'s free, as `(offset, size, requested)`, and the
+/// `inactive_split` count and bytes (free blocks of a split segment).
+#[rstest]
+#[case::no_idle_neighbour(false, false, &[(1024, 2048, 2000), (6144, 2 * MIB - 6144, 0)], 2, 2 * MIB - 4096)]
+#[case::upper_only(false, true, &[(1024, 2 * MIB - 1024, 2000)], 1, 2 * MIB - 1024)]
+#[case::lower_only(true, false, &[(0, 3072, 2000), (6144, 2 * MIB - 6144, 0)], 2, 2 * MIB - 3072)]
+#[case::both(true, true, &[(0, 2 * MIB, 2000)], 0, 0)]
+fn free_merges_idle_neighbours(
+    #[case] free_a: bool,
+    #[case] free_c: bool,
+    #[case] free_blocks: &[(usize, usize, usize)],
+    #[case] inactive_split: i64,
+    #[case] inactive_split_bytes: usize,
+) {
+    let (_, mut alloc) = allocator(64 * MIB, "");
+    let a = alloc.malloc(1000, S0).unwrap().ptr;
+    let b = alloc.malloc(2000, S0).unwrap().ptr;
+    let c = alloc.malloc(3000, S0).unwrap().ptr;
+    assert_eq!(
+        (b - a, c - a),
+        (1024, 3072),
+        "one segment, in address order"
+    );
+    if free_a {
+        alloc.free(a).unwrap();
+    }
+    if free_c {
+        alloc.free(c).unwrap();
+    }
+    alloc.free(b).unwrap();
+    let snap = alloc.snapshot();
+    let [segment] = snap.segments.as_slice() else {
+        panic!("one segment: {:?}", snap.segments);
+    };
+    // The rest of the segment was never requested: a fresh segment's block asks for 0 bytes.
+    let free: Vec<(usize, usize, usize)> = segment
+        .blocks
+        .iter()
+        .filter(|blk| blk.state == c10_cuda::snapshot::BlockState::Inactive)
+        .map(|blk| {
+            let offset = blk.address - a;
+            (
+                offset as usize,
+                blk.size as usize,
+                blk.requested_size as usize,
+            )
+        })
+        .collect();
+    assert_eq!(free, free_blocks);
+    let stats = alloc.stats();
+    assert_eq!(stats.inactive_split[0].current, inactive_split);
+    assert_eq!(
+        stats.inactive_split_bytes[0].current,
+        inactive_split_bytes as i64
+    );
+    alloc.check_invariants().unwrap();
+}
