@@ -8,9 +8,10 @@
 //! - **Size classes.** A block of `size` bytes is in class `(size - 1) / 512` up to
 //!   [`EXACT_LIMIT`] (64 MiB): one class per 512-byte size, sizes `(512c, 512(c + 1)]`. Above
 //!   it, one class per 2 MiB of size (the last class takes every size from about 256 GiB up):
-//!   262,144 classes in all. The `- 1` puts a whole free small-pool segment (2 MiB, class 4095)
-//!   and what is left of it after a split (class 4094) in the same bitmap word: the small pool's
-//!   classes fill exactly the first 64 words.
+//!   262,144 classes in all. The small pool's index folds every size above its largest request
+//!   (1 MiB) into one top class, 2,048 ([`FreeIndex::for_requests_up_to`]): a search there never
+//!   starts inside it (it takes its first block), and a split segment's remainder, alone in it,
+//!   is re-keyed in place when it is split again or merges back (a warm alloc/free pair).
 //! - **Bitmap.** Bit `c` set = class `c` non-empty: 4,096 words (32 KiB, allocated once per
 //!   stream, never grown), a summary word per 64 of them (bit `w`: word `w` is non-zero) and one
 //!   top word over the 64 summary words. A search checks the requested class's own word first,
@@ -400,6 +401,12 @@ pub(crate) struct FreeIndex {
     /// Class heads a new stream starts with: enough for the pool's usual sizes, so that filling
     /// a pool from empty does not grow them step by step.
     classes: usize,
+    /// The last class: a block whose class ([`class_of`]) is above it is in it. The small
+    /// pool's is the class above its largest request ([`FreeIndex::for_requests_up_to`]), so
+    /// that a split segment's remainder and the segment it merges back into share a class and
+    /// move in place ([`FreeIndex::rekey`]); the large pool's is the last of all
+    /// ([`CLASSES`]` - 1`).
+    top: usize,
     /// A stream list made ready when the index was built, taken by the first stream to arrive
     /// (so that an allocator's first requests do not pay for it).
     spare: Option<StreamFree>,
@@ -416,14 +423,36 @@ impl FreeIndex {
     /// bytes, at most [`INITIAL_HEADS_MAX`] classes (larger ones still work: the heads grow).
     /// The small pool's blocks are at most one 2 MiB segment; the large pool's can be anything.
     pub(crate) fn for_sizes_up_to(size: usize) -> Self {
-        let classes = (class_of(size) + 1).min(INITIAL_HEADS_MAX);
+        FreeIndex::with_top(size, CLASSES - 1)
+    }
+
+    /// An empty index for a pool whose searches are for at most `size` bytes (the small pool:
+    /// [`crate::sizes::SMALL_SIZE`]): every larger free block is in the class above `size`'s,
+    /// sorted as any class, which such a search reaches only as a class above its own, taking
+    /// its first block. Best fit is unchanged (a search for more bytes walks the class).
+    pub(crate) fn for_requests_up_to(size: usize) -> Self {
+        FreeIndex::with_top(usize::MAX, class_of(size) + 1)
+    }
+
+    /// An empty index whose last class is `top`, its heads sized for blocks of up to `size`
+    /// bytes.
+    fn with_top(size: usize, top: usize) -> Self {
+        let classes = (class_of(size).min(top) + 1).min(INITIAL_HEADS_MAX);
         FreeIndex {
             streams: Vec::with_capacity(4),
             nodes: Nodes(vec![DEAD_NODE; INITIAL_NODES]),
             len: 0,
             classes,
+            top,
             spare: Some(StreamFree::new(classes)),
         }
+    }
+
+    /// The class of a free block of `size` bytes in this index: [`class_of`], at most
+    /// [`Self::top`].
+    #[inline(always)]
+    fn class(&self, size: usize) -> usize {
+        class_of(size).min(self.top)
     }
 
     /// Bytes of memory the index holds (its tables' capacities), for sizing checks.
@@ -498,6 +527,7 @@ impl FreeIndex {
         if id as usize >= self.nodes.0.len() {
             self.grow_nodes(id);
         }
+        let top = self.top;
         // Usually the pool's only stream.
         let f = match self.streams.as_mut_slice() {
             [(s, f)] if *s == k.stream => f,
@@ -506,7 +536,7 @@ impl FreeIndex {
                 &mut self.streams[s].1
             }
         };
-        let c = class_of(k.size);
+        let c = class_of(k.size).min(top);
         if c >= f.heads.len() {
             f.grow_heads(c);
         }
@@ -545,7 +575,7 @@ impl FreeIndex {
         }
         if prev == NIL {
             // The block heads its class: the key names the class and stream.
-            let c = class_of(k.size);
+            let c = self.class(k.size);
             let f = match self.streams.as_mut_slice() {
                 [(_, f)] => f,
                 many => match many.iter_mut().find(|(s, _)| *s == k.stream) {
@@ -568,9 +598,11 @@ impl FreeIndex {
     }
 
     /// Moves a present key `old` to `new`, a key of the same block (same id and stream) with
-    /// another address and size: the remainder of a split, which keeps the split block's id.
+    /// another address and size: the remainder of a split, which keeps the split block's id, or
+    /// a free block that the freed block below it merges into (the allocator's `merge_up`).
     /// The same as `remove_present(old)` then `insert(new)`, without the presence checks, the
-    /// second stream lookup and the count.
+    /// second stream lookup and the count; a key alone in its class that stays in it changes
+    /// its node alone.
     #[inline(always)]
     pub(crate) fn rekey(&mut self, old: &SizeKey, new: &SizeKey) {
         debug_assert!(old.id == new.id && old.stream == new.stream && old.rank == new.rank);
@@ -580,6 +612,15 @@ impl FreeIndex {
         );
         let node = self.nodes.at(old.id.raw());
         let (prev, next) = (node.prev, node.next);
+        let c_old = self.class(old.size);
+        let c = self.class(new.size);
+        if c == c_old && prev == NIL && next == NIL {
+            // The key stays in its class, alone there (a small-pool segment's remainder, in
+            // the small pool's top class): the node changes alone.
+            let n = self.nodes.at_mut(old.id.raw());
+            (n.ptr, n.size) = (new.ptr, new.size);
+            return;
+        }
         let f = match self.streams.as_mut_slice() {
             [(s, f)] if *s == old.stream && prev != TREE => f,
             _ => {
@@ -590,17 +631,15 @@ impl FreeIndex {
             }
         };
         // Unlink `old` from its class list (as `remove_present`).
-        let c_old = class_of(old.size);
-        let c = class_of(new.size);
         if prev == NIL
             && next == NIL
             && c != c_old
             && c >> 6 == c_old >> 6
             && f.heads.get(c) == Some(&NIL)
         {
-            // `old` alone in its class moves to an empty class of the same word (a split
-            // small-pool segment's remainder): one bitmap word update, the upper levels of the
-            // word already set (as `link` with `word_set`).
+            // `old` alone in its class moves to an empty class of the same word (a block split
+            // or merged by a few pages): one bitmap word update, the upper levels of the word
+            // already set (as `link` with `word_set`).
             let id = new.id.raw();
             *f.head_of_used(c_old) = NIL;
             *f.head_of_used(c) = id;
@@ -635,7 +674,7 @@ impl FreeIndex {
     #[inline(never)]
     fn remove_from_tree(&mut self, id: u32) {
         let k = self.nodes.0[id as usize];
-        let c = class_of(k.size);
+        let c = self.class(k.size);
         let Some((_, f)) = self.streams.iter_mut().find(|(s, _)| *s == k.stream) else {
             unreachable!("a present key's stream has a list");
         };
@@ -689,7 +728,7 @@ impl FreeIndex {
     #[inline(always)]
     pub(crate) fn lower_bound(&self, stream: StreamId, size: usize) -> Option<SizeKey> {
         let f = self.stream(stream)?;
-        let c0 = class_of(size);
+        let c0 = self.class(size);
         let mut c = f.bitmap.next_at_or_above(c0)?;
         let mut id = f.head_of_set(c);
         if c == c0 {
@@ -727,7 +766,7 @@ impl FreeIndex {
         size: usize,
     ) -> impl Iterator<Item = SizeKey> + '_ {
         let f = self.stream(stream);
-        let start = f.and_then(|f| f.bitmap.next_at_or_above(class_of(size)));
+        let start = f.and_then(|f| f.bitmap.next_at_or_above(self.class(size)));
         ForwardClasses {
             f,
             nodes: &self.nodes.0,
@@ -754,7 +793,7 @@ impl FreeIndex {
     ) -> impl Iterator<Item = SizeKey> + '_ {
         let f = self.stream(stream);
         // The class of `size` itself may hold smaller blocks (a coarse class).
-        let start = f.and_then(|f| f.bitmap.prev_below(class_of(size).saturating_add(1)));
+        let start = f.and_then(|f| f.bitmap.prev_below(self.class(size).saturating_add(1)));
         BackwardClasses {
             f,
             nodes: &self.nodes.0,
@@ -1326,6 +1365,11 @@ mod tests {
         let small = FreeIndex::for_sizes_up_to(crate::sizes::SMALL_BUFFER);
         let large = FreeIndex::for_sizes_up_to(usize::MAX);
         assert!(small.heap_bytes() < 96 << 10, "{}", small.heap_bytes());
+        // The small pool's: 2,049 classes (the top one above 1 MiB), 8 KiB of heads.
+        let mut small = FreeIndex::for_requests_up_to(crate::sizes::SMALL_SIZE);
+        assert!(small.heap_bytes() < 88 << 10, "{}", small.heap_bytes());
+        assert!(small.insert(key(0, 1 << 40, 0x1000_0000, 2)));
+        assert!(small.heap_bytes() < 88 << 10, "{}", small.heap_bytes());
         assert!(large.heap_bytes() < 144 << 10, "{}", large.heap_bytes());
         let mut large = large;
         assert!(large.insert(key(0, 64 << 20, 0x1000, 1)));
@@ -1386,13 +1430,20 @@ mod tests {
 
     proptest::proptest! {
         /// Random inserts, removes, re-keys and best-fit searches, on one to three streams, give
-        /// the answers of a `BTreeSet` of `(stream, size, rank, address)` keys.
+        /// the answers of a `BTreeSet` of `(stream, size, rank, address)` keys, with exact
+        /// classes up to 64 MiB or with the small pool's top class (every size above 1 MiB in
+        /// one class; searches go above it too).
         #[test]
         fn matches_a_btree_set(
             streams in 1u64..4,
+            small_top in proptest::bool::ANY,
             ops in proptest::collection::vec(op(), 1..400),
         ) {
-            let mut idx = FreeIndex::for_sizes_up_to(crate::sizes::SMALL_BUFFER);
+            let mut idx = if small_top {
+                FreeIndex::for_requests_up_to(crate::sizes::SMALL_SIZE)
+            } else {
+                FreeIndex::for_sizes_up_to(crate::sizes::SMALL_BUFFER)
+            };
             let mut model: BTreeSet<SizeKey> = BTreeSet::new();
             for op in ops {
                 match on_streams(op, streams) {

@@ -50,10 +50,7 @@ pub(crate) struct PrivatePool {
 
 /// A slot's two free-block pools, large then small.
 fn new_block_pools() -> [BlockPool; 2] {
-    [
-        BlockPool::new(usize::MAX),
-        BlockPool::new(crate::sizes::SMALL_BUFFER),
-    ]
+    [BlockPool::new(usize::MAX), BlockPool::small()]
 }
 
 /// The pools of one device allocator and the state PyTorch keeps about private pools.
@@ -326,6 +323,15 @@ impl BlockPool {
             blocks: FreeIndex::for_sizes_up_to(max_block),
             unmapped: BTreeSet::new(),
             get_free_blocks_call_count: 0,
+        }
+    }
+
+    /// An empty small pool: its index's searches are for at most [`crate::sizes::SMALL_SIZE`]
+    /// bytes ([`FreeIndex::for_requests_up_to`]).
+    pub(crate) fn small() -> Self {
+        BlockPool {
+            blocks: FreeIndex::for_requests_up_to(crate::sizes::SMALL_SIZE),
+            ..BlockPool::new(crate::sizes::SMALL_BUFFER)
         }
     }
 
