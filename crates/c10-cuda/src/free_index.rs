@@ -32,8 +32,10 @@
 //!   [`BlockId`] (shared by the pool's streams): removing a known block is O(1) and nothing is
 //!   allocated per block. The table grows before an id is linked and never shrinks, so a linked
 //!   id indexes it without a bounds check. A class that grows past [`LONG_CLASS`] blocks (many
-//!   free blocks of one size that cannot merge: a fragmented small pool) moves to a B-tree, so
-//!   inserting into it stays O(log n); it returns to a list when it shrinks to [`SHORT_CLASS`].
+//!   free blocks of one size that cannot merge: a fragmented small pool) becomes a long class
+//!   ([`LongClass`]): a vector of its ids sorted with the first block last (binary searches;
+//!   taking the first block is a pop), or past [`SORTED_MAX`] blocks a B-tree, so inserting
+//!   into it stays O(log n); it returns to a list when it shrinks to [`SHORT_CLASS`].
 //!
 //! Iteration order is the same total order as PyTorch's set, so every decision (best fit, ties
 //! to the lowest address, release order) is unchanged.
@@ -71,19 +73,47 @@ const INITIAL_NODES: usize = 1024;
 /// No block: the end of a class list, or an empty class.
 const NIL: u32 = u32::MAX;
 
-/// `prev` and `next` of a node whose class is kept in a B-tree.
+/// `prev` and `next` of a node whose class is a long class ([`LongClass`]).
 const TREE: u32 = u32::MAX - 2;
 
-/// A class list longer than this moves to a B-tree. Walking a list of up to this many blocks is
-/// cheaper than the B-tree's search: at 32, the shared trace `lm2.7b_ctx512_forward_bf16`
-/// replayed warm (classes of 64 to 128 equal blocks) was 15% slower.
+/// A class list longer than this becomes a long class ([`LongClass`]). Walking a list of up to
+/// this many blocks is cheaper than a search: at 32 (then to a B-tree), the shared trace
+/// `lm2.7b_ctx512_forward_bf16` replayed warm (classes of 64 to 128 equal blocks) was 15%
+/// slower.
 pub(crate) const LONG_CLASS: usize = 128;
 
-/// A B-tree class this short returns to a list.
+/// A long class this short returns to a list.
 pub(crate) const SHORT_CLASS: usize = 32;
 
-/// A long class: its blocks by `(size, rank, address, id)`.
-type ClassTree = BTreeSet<(usize, u64, DevicePtr, u32)>;
+/// A sorted long class longer than this moves to a B-tree (an insert or a removal moves up to
+/// this many ids, 8 KiB); a B-tree class of half as many returns to a sorted vector.
+pub(crate) const SORTED_MAX: usize = 2048;
+
+/// The order of a block in its class, made total by its id.
+type Order = (usize, u64, DevicePtr, u32);
+
+/// A B-tree class: its blocks by `(size, rank, address, id)`.
+type ClassTree = BTreeSet<Order>;
+
+/// A class of more than [`LONG_CLASS`] blocks (many free blocks of one size that cannot merge:
+/// whole segments, a fragmented pool). Its nodes are marked [`TREE`]; its head slot holds its
+/// first block.
+#[derive(Clone, Debug)]
+enum LongClass {
+    /// Up to [`SORTED_MAX`] blocks: their ids in descending `(size, rank, address, id)` order,
+    /// so the first block is last: taking it (best fit's usual pick) is a pop, and a block
+    /// that sorts near it (a segment freed again) moves few ids. Searches are binary.
+    Sorted(Vec<u32>),
+    /// More: a B-tree, so an insert stays O(log n).
+    Tree(ClassTree),
+}
+
+/// The order of linked block `id` (its node holds its key).
+#[inline(always)]
+fn order_of(nodes: &[Node], id: u32) -> Order {
+    let n = &nodes[id as usize];
+    (n.size, n.rank, n.ptr, id)
+}
 
 /// The class of a free block of `size` bytes (always below [`CLASSES`]).
 #[inline(always)]
@@ -282,7 +312,7 @@ struct StreamFree {
     /// shrinks.
     heads: Vec<u32>,
     /// The classes longer than [`LONG_CLASS`] blocks (their head is still in `heads`).
-    trees: FxHashMap<u32, ClassTree>,
+    trees: FxHashMap<u32, LongClass>,
 }
 
 impl StreamFree {
@@ -675,27 +705,51 @@ impl FreeIndex {
     fn remove_from_tree(&mut self, id: u32) {
         let k = self.nodes.0[id as usize];
         let c = self.class(k.size);
+        let nodes = &self.nodes.0;
         let Some((_, f)) = self.streams.iter_mut().find(|(s, _)| *s == k.stream) else {
             unreachable!("a present key's stream has a list");
         };
-        let Some(tree) = f.trees.get_mut(&(c as u32)) else {
+        let Some(long) = f.trees.get_mut(&(c as u32)) else {
             unreachable!("a tree node's class has a tree");
         };
-        tree.remove(&(k.size, k.rank, k.ptr, id));
+        let order = (k.size, k.rank, k.ptr, id);
+        // The class's length and first block after the removal.
+        let (len, first) = match long {
+            LongClass::Sorted(v) => {
+                if v.last() == Some(&id) {
+                    // The first block (best fit's pick).
+                    v.pop();
+                } else {
+                    let at = v.partition_point(|&x| order_of(nodes, x) > order);
+                    debug_assert_eq!(v.get(at), Some(&id));
+                    v.remove(at);
+                }
+                (v.len(), v.last().copied().unwrap_or(NIL))
+            }
+            LongClass::Tree(tree) => {
+                tree.remove(&order);
+                let len = tree.len();
+                let first = tree.first().map_or(NIL, |&(_, _, _, at)| at);
+                if len <= SORTED_MAX / 2 {
+                    // Back to a sorted vector (still long).
+                    let v: Vec<u32> = tree.iter().rev().map(|&(_, _, _, at)| at).collect();
+                    *long = LongClass::Sorted(v);
+                }
+                (len, first)
+            }
+        };
         self.nodes.0[id as usize].next = DEAD;
         self.len -= 1;
-        if tree.len() > SHORT_CLASS {
-            if let Some(&(_, _, _, first)) = tree.first() {
-                *f.head_of_used(c) = first;
-            }
+        if len > SHORT_CLASS {
+            *f.head_of_used(c) = first;
             return;
         }
         // Short again: back to a list (possibly empty).
-        let Some(tree) = f.trees.remove(&(c as u32)) else {
-            unreachable!("the tree was just used");
+        let Some(LongClass::Sorted(v)) = f.trees.remove(&(c as u32)) else {
+            unreachable!("a short long class is a sorted vector");
         };
         let mut prev = NIL;
-        for &(_, _, _, at) in &tree {
+        for &at in v.iter().rev() {
             let n = &mut self.nodes.0[at as usize];
             n.prev = prev;
             n.next = NIL;
@@ -731,14 +785,12 @@ impl FreeIndex {
         let c0 = self.class(size);
         let mut c = f.bitmap.next_at_or_above(c0)?;
         let mut id = f.head_of_set(c);
-        if c == c0 {
-            // The class of `size` may hold smaller blocks: a coarse class holds several sizes,
-            // and an exact class is below a `size` that is not a multiple of 512.
+        if c == c0 && self.nodes.at(id).size < size {
+            // The class of `size` holds smaller blocks than `size` (its first one is): a coarse
+            // class holds several sizes, and an exact class is below a `size` that is not a
+            // multiple of 512.
             if self.nodes.at(id).prev == TREE {
-                id = f.trees[&(c as u32)]
-                    .range((size, 0, 0, 0)..)
-                    .next()
-                    .map_or(NIL, |&(_, _, _, at)| at);
+                id = long_lower_bound(&self.nodes.0, &f.trees[&(c as u32)], size);
             } else {
                 while id != NIL && self.nodes.at(id).size < size {
                     id = self.nodes.at(id).next;
@@ -851,7 +903,7 @@ fn link<const REKEYED: bool>(
         (NIL, NIL)
     } else if nodes.at(*head).prev == TREE {
         write_node(nodes, k, TREE, TREE);
-        return link_tree(&mut nodes.0, head, trees, c, k.id.raw());
+        return link_long(&mut nodes.0, head, trees, c, k.id.raw());
     } else if nodes.at(*head).order() > order {
         let next = *head;
         *head = k.id.raw();
@@ -869,9 +921,9 @@ fn link<const REKEYED: bool>(
             at = n;
             steps += 1;
             if steps == LONG_CLASS {
-                to_tree(&mut nodes.0, *head, trees, c);
+                to_long(&mut nodes.0, *head, trees, c);
                 write_node(nodes, k, TREE, TREE);
-                return link_tree(&mut nodes.0, head, trees, c, k.id.raw());
+                return link_long(&mut nodes.0, head, trees, c, k.id.raw());
             }
         }
         let next = nodes.at(at).next;
@@ -902,41 +954,80 @@ fn write_node(nodes: &mut Nodes, k: &SizeKey, prev: u32, next: u32) {
     };
 }
 
-/// Moves the list of class `c` starting at `head` into a B-tree.
+/// Moves the list of class `c` starting at `head` (more than [`LONG_CLASS`] blocks) into a
+/// long class.
 #[cold]
 #[inline(never)]
-fn to_tree(nodes: &mut [Node], head: u32, trees: &mut FxHashMap<u32, ClassTree>, c: usize) {
-    let mut tree = ClassTree::new();
+fn to_long(nodes: &mut [Node], head: u32, trees: &mut FxHashMap<u32, LongClass>, c: usize) {
+    let mut ids = Vec::with_capacity(2 * LONG_CLASS);
     let mut at = head;
     while at != NIL {
         let n = &mut nodes[at as usize];
-        tree.insert((n.size, n.rank, n.ptr, at));
+        ids.push(at);
         at = n.next;
         n.prev = TREE;
         n.next = TREE;
     }
-    trees.insert(c as u32, tree);
+    ids.reverse();
+    trees.insert(c as u32, LongClass::Sorted(ids));
 }
 
-/// Links block `id` (whose node holds its key, marked [`TREE`]) into the B-tree of class `c`
-/// (whose first block is `*head`). Cold functions take the id, not the key, so that the hot
-/// paths keep the key in registers.
+/// Links block `id` (whose node holds its key, marked [`TREE`]) into the long class `c` (whose
+/// first block is `*head`). Cold functions take the id, not the key, so that the hot paths keep
+/// the key in registers.
 #[cold]
 #[inline(never)]
-fn link_tree(
+fn link_long(
     nodes: &mut [Node],
     head: &mut u32,
-    trees: &mut FxHashMap<u32, ClassTree>,
+    trees: &mut FxHashMap<u32, LongClass>,
     c: usize,
     id: u32,
 ) {
-    let Some(tree) = trees.get_mut(&(c as u32)) else {
+    let Some(long) = trees.get_mut(&(c as u32)) else {
         unreachable!("a tree node's class has a tree");
     };
-    let order = nodes[id as usize].order();
-    tree.insert((order.0, order.1, order.2, id));
-    if order < nodes[*head as usize].order() {
-        *head = id;
+    let order = order_of(nodes, id);
+    match long {
+        LongClass::Sorted(v) => {
+            // Descending: the new block goes after every larger one.
+            let at = if order < order_of(nodes, *head) {
+                v.len()
+            } else {
+                v.partition_point(|&x| order_of(nodes, x) > order)
+            };
+            if at == v.len() {
+                *head = id;
+            }
+            v.insert(at, id);
+            if v.len() > SORTED_MAX {
+                let tree: ClassTree = v.iter().map(|&x| order_of(nodes, x)).collect();
+                *long = LongClass::Tree(tree);
+            }
+        }
+        LongClass::Tree(tree) => {
+            tree.insert(order);
+            if order < order_of(nodes, *head) {
+                *head = id;
+            }
+        }
+    }
+}
+
+/// The first block of long class `long` of size `>= size`, or [`NIL`].
+#[cold]
+#[inline(never)]
+fn long_lower_bound(nodes: &[Node], long: &LongClass, size: usize) -> u32 {
+    match long {
+        LongClass::Sorted(v) => {
+            // Descending: the blocks of at least `size` bytes come first; the last of them.
+            let larger = v.partition_point(|&x| nodes[x as usize].size >= size);
+            larger.checked_sub(1).map_or(NIL, |i| v[i])
+        }
+        LongClass::Tree(tree) => tree
+            .range((size, 0, 0, 0)..)
+            .next()
+            .map_or(NIL, |&(_, _, _, at)| at),
     }
 }
 
@@ -989,16 +1080,16 @@ impl Iterator for ForwardClasses<'_> {
 fn load_class(f: &StreamFree, nodes: &[Node], c: usize, out: &mut impl Extend<Found>) {
     let head = f.head(c);
     if head != NIL && nodes[head as usize].prev == TREE {
-        out.extend(
-            f.trees[&(c as u32)]
-                .iter()
-                .map(|&(size, rank, ptr, id)| Found {
-                    ptr,
-                    size,
-                    rank,
-                    id: BlockId::new(id),
-                }),
-        );
+        let found = |(size, rank, ptr, id): Order| Found {
+            ptr,
+            size,
+            rank,
+            id: BlockId::new(id),
+        };
+        match &f.trees[&(c as u32)] {
+            LongClass::Sorted(v) => out.extend(v.iter().rev().map(|&x| found(order_of(nodes, x)))),
+            LongClass::Tree(tree) => out.extend(tree.iter().copied().map(found)),
+        }
         return;
     }
     let mut at = head;
@@ -1151,16 +1242,36 @@ mod tests {
     }
 
     /// Long classes (hundreds of free blocks of one size, and of one coarse class) move to a
-    /// B-tree and back while the index keeps the ordered set's answers.
+    /// sorted vector and back while the index keeps the ordered set's answers.
     #[test]
     fn long_classes_match_a_btree_set() {
+        // About 256 blocks present per class: twice the length that makes a class long.
+        let (sorted, trees) = long_classes_against_a_btree_set(8 * LONG_CLASS as u64, 20_000);
+        assert_eq!(
+            (sorted, trees),
+            (2, 0),
+            "both long classes sorted, none a B-tree"
+        );
+    }
+
+    /// Longer classes (thousands of free blocks) move on to a B-tree, and back to a sorted
+    /// vector and a list as they drain.
+    #[test]
+    fn very_long_classes_match_a_btree_set() {
+        // About 2,560 blocks present per class, more than a sorted long class holds.
+        let (_, trees) = long_classes_against_a_btree_set(5 * SORTED_MAX as u64, 30_000);
+        assert_eq!(trees, 2, "both long classes moved to a B-tree");
+    }
+
+    /// Random inserts and removals of `ids` blocks (`rounds` of them, then every block removed)
+    /// checked against a `BTreeSet`: the most sorted and B-tree long classes seen at once.
+    fn long_classes_against_a_btree_set(ids: u64, rounds: usize) -> (usize, usize) {
         let mut idx = FreeIndex::default();
         let mut model: BTreeSet<SizeKey> = BTreeSet::new();
         let mut rnd = xorshift(0x9e37_79b9_7f4a_7c15u64);
-        // Ids 0..8 * LONG_CLASS: block i has one address; half are 512-byte blocks (one exact
-        // class), half lie in the coarse class above 100 MiB with sizes 512 bytes apart; about
-        // half of them are present at a time, twice the length that moves a class to a tree.
-        let ids = 8 * LONG_CLASS as u64;
+        // Block i has one address; half are 512-byte blocks (one exact class), half lie in the
+        // coarse class above 100 MiB with sizes 512 bytes apart; about half of them are present
+        // at a time.
         let key_of = |i: u32| {
             let size = if i % 2 == 0 {
                 512
@@ -1176,23 +1287,50 @@ mod tests {
                 i,
             )
         };
-        let mut trees_seen = 0;
-        for round in 0..20_000 {
-            let i = (rnd() % ids) as u32;
+        let (mut sorted_seen, mut trees_seen) = (0, 0);
+        // Then every block removed, in a random order.
+        let mut drain: Vec<u32> = (0..ids as u32).collect();
+        for i in (1..drain.len()).rev() {
+            drain.swap(i, (rnd() % (i as u64 + 1)) as usize);
+        }
+        let picks = (0..rounds)
+            .map(|_| (rnd() % ids) as u32)
+            .collect::<Vec<_>>();
+        let draining = picks.len();
+        for (round, i) in picks.into_iter().chain(drain).enumerate() {
             let k = key_of(i);
             if model.contains(&k) {
                 idx.remove_present(&k);
                 model.remove(&k);
-            } else {
+            } else if round < draining {
                 assert!(idx.insert(k));
                 model.insert(k);
             }
             assert_eq!(idx.len(), model.len());
-            trees_seen = trees_seen.max(idx.streams[0].1.trees.len());
+            let longs = idx.streams.first().map(|(_, f)| &f.trees);
+            let count = |tree: bool| {
+                longs.map_or(0, |l| {
+                    l.values()
+                        .filter(|c| matches!(c, LongClass::Tree(_)) == tree)
+                        .count()
+                })
+            };
+            sorted_seen = sorted_seen.max(count(false));
+            trees_seen = trees_seen.max(count(true));
             if round % 97 == 0 {
                 assert_eq!(
                     idx.iter().collect::<Vec<_>>(),
                     model.iter().copied().collect::<Vec<_>>()
+                );
+                let probe = (100 << 20) + 1000;
+                let want: Vec<_> = model
+                    .range(..SizeKey::lower(StreamId(0), probe))
+                    .rev()
+                    .copied()
+                    .collect();
+                assert_eq!(
+                    idx.range_below_rev(StreamId(0), probe).collect::<Vec<_>>(),
+                    want
                 );
             }
             for probe in [512, 513, 100 << 20, (100 << 20) + 1000, (100 << 20) + 3072] {
@@ -1203,17 +1341,8 @@ mod tests {
                 assert_eq!(idx.lower_bound(StreamId(0), probe), want, "probe {probe}");
             }
         }
-        let probe = (100 << 20) + 1000;
-        let want: Vec<_> = model
-            .range(..SizeKey::lower(StreamId(0), probe))
-            .rev()
-            .copied()
-            .collect();
-        assert_eq!(
-            idx.range_below_rev(StreamId(0), probe).collect::<Vec<_>>(),
-            want
-        );
-        assert_eq!(trees_seen, 2, "both long classes moved to a B-tree");
+        assert_eq!(idx.len(), 0, "drained");
+        (sorted_seen, trees_seen)
     }
 
     /// The index behaves exactly like a BTreeSet of (stream, size, rank, ptr) keys, with each block id
