@@ -8,10 +8,11 @@
 //! - **Size classes.** A block of `size` bytes is in class `(size - 1) / 512` up to
 //!   [`EXACT_LIMIT`] (64 MiB): one class per 512-byte size, sizes `(512c, 512(c + 1)]`. Above
 //!   it, one class per 2 MiB of size (the last class takes every size from about 256 GiB up):
-//!   262,144 classes in all. The small pool's index folds every size above its largest request
-//!   (1 MiB) into one top class, 2,048 ([`FreeIndex::for_requests_up_to`]): a search there never
-//!   starts inside it (it takes its first block), and a split segment's remainder, alone in it,
-//!   is re-keyed in place when it is split again or merges back (a warm alloc/free pair).
+//!   262,144 classes in all. The small pool's index folds every size from its largest request
+//!   (1 MiB) up into one top class, 2,047 ([`FreeIndex::for_requests_up_to`]): every block there
+//!   fits every request (a search takes its first block), and a split segment's remainder,
+//!   alone in it, is re-keyed in place when it is split again or merges back (a warm
+//!   alloc/free pair).
 //! - **Bitmap.** Bit `c` set = class `c` non-empty: 4,096 words (32 KiB, allocated once per
 //!   stream, never grown), a summary word per 64 of them (bit `w`: word `w` is non-zero) and one
 //!   top word over the 64 summary words. A search checks the requested class's own word first,
@@ -432,9 +433,9 @@ pub(crate) struct FreeIndex {
     /// a pool from empty does not grow them step by step.
     classes: usize,
     /// The last class: a block whose class ([`class_of`]) is above it is in it. The small
-    /// pool's is the class above its largest request ([`FreeIndex::for_requests_up_to`]), so
-    /// that a split segment's remainder and the segment it merges back into share a class and
-    /// move in place ([`FreeIndex::rekey`]); the large pool's is the last of all
+    /// pool's is the class of its largest request ([`FreeIndex::for_requests_up_to`]), so that
+    /// a split segment's remainder and the segment it merges back into share a class and move
+    /// in place ([`FreeIndex::rekey`]); the large pool's is the last of all
     /// ([`CLASSES`]` - 1`).
     top: usize,
     /// A stream list made ready when the index was built, taken by the first stream to arrive
@@ -457,11 +458,11 @@ impl FreeIndex {
     }
 
     /// An empty index for a pool whose searches are for at most `size` bytes (the small pool:
-    /// [`crate::sizes::SMALL_SIZE`]): every larger free block is in the class above `size`'s,
-    /// sorted as any class, which such a search reaches only as a class above its own, taking
-    /// its first block. Best fit is unchanged (a search for more bytes walks the class).
+    /// [`crate::sizes::SMALL_SIZE`]): every larger free block is in `size`'s class, sorted as
+    /// any class, where such a search takes the first block (every block there is at least
+    /// `size` bytes). Best fit is unchanged (a search for more bytes walks the class).
     pub(crate) fn for_requests_up_to(size: usize) -> Self {
-        FreeIndex::with_top(usize::MAX, class_of(size) + 1)
+        FreeIndex::with_top(usize::MAX, class_of(size))
     }
 
     /// An empty index whose last class is `top`, its heads sized for blocks of up to `size`
@@ -1494,7 +1495,7 @@ mod tests {
         let small = FreeIndex::for_sizes_up_to(crate::sizes::SMALL_BUFFER);
         let large = FreeIndex::for_sizes_up_to(usize::MAX);
         assert!(small.heap_bytes() < 96 << 10, "{}", small.heap_bytes());
-        // The small pool's: 2,049 classes (the top one above 1 MiB), 8 KiB of heads.
+        // The small pool's: 2,048 classes (the top one from 1 MiB up), 8 KiB of heads.
         let mut small = FreeIndex::for_requests_up_to(crate::sizes::SMALL_SIZE);
         assert!(small.heap_bytes() < 88 << 10, "{}", small.heap_bytes());
         assert!(small.insert(key(0, 1 << 40, 0x1000_0000, 2)));
@@ -1560,7 +1561,7 @@ mod tests {
     proptest::proptest! {
         /// Random inserts, removes, re-keys and best-fit searches, on one to three streams, give
         /// the answers of a `BTreeSet` of `(stream, size, rank, address)` keys, with exact
-        /// classes up to 64 MiB or with the small pool's top class (every size above 1 MiB in
+        /// classes up to 64 MiB or with the small pool's top class (every size from 1 MiB up in
         /// one class; searches go above it too).
         #[test]
         fn matches_a_btree_set(
