@@ -17,7 +17,7 @@ use crate::oom::OutOfMemoryError;
 use crate::pool_table::{BlockPool, DEFAULT_SLOT, PoolTable, Route};
 use crate::rules::Rules;
 use crate::sizes::{get_allocation_size, is_small, round_size, should_split};
-use crate::stats::{DeviceStats, StatType, decrease, increase};
+use crate::stats::{DeviceStats, StatType};
 
 /// A block handed out by [`DeviceCachingAllocator::malloc`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -788,12 +788,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             return self.free_with_uses(id, ptr);
         }
         let (small, size, requested, stream) = (b.small, b.size, b.requested_size, b.stream);
-        let stats = self.accounting.kept_mut();
-        stats.count_free_requested(small, size as u64);
         // The free completes below ([`Self::free_idle_block`]): `requested_bytes` counted here
-        // with the others, one pool index for the three (PyTorch counts it in `free_block`,
-        // after the merges; no other update of that stat in between).
-        stats.count_free_completed(small, requested as u64);
+        // with the others (PyTorch counts it in `free_block`, after the merges; no other update
+        // of that stat in between).
+        self.accounting
+            .kept_mut()
+            .count_free_now(small, size as u64, requested as u64);
         self.history
             .record(TraceAction::FreeRequested, ptr, requested as u64, stream);
         if size >= self.max_split() {
@@ -952,16 +952,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 let stats = self.accounting.kept_mut();
                 // The upper neighbour left the inactive split blocks; the merged block joins
                 // them if it is still split (its bytes less the upper neighbour's: `size`).
-                if b.is_split() {
-                    increase(&mut stats.inactive_split_bytes, small, f.size as u64);
+                let (blocks, bytes) = if b.is_split() {
+                    (0, f.size as i64)
                 } else {
-                    decrease(&mut stats.inactive_split, small, 1);
-                    decrease(
-                        &mut stats.inactive_split_bytes,
-                        small,
-                        (b.size - f.size) as u64,
-                    );
-                }
+                    (-1, -((b.size - f.size) as i64))
+                };
+                stats.count_inactive_split_net(small, blocks, bytes);
                 return;
             }
         }
@@ -985,10 +981,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let expandable = b.expandable.is_some();
         let stats = self.accounting.kept_mut();
         if !expandable {
-            apply_net(&mut stats.inactive_split, small, net_inactive_split_blocks);
-            apply_net(
-                &mut stats.inactive_split_bytes,
+            stats.count_inactive_split_net(
                 small,
+                net_inactive_split_blocks,
                 net_inactive_split_size,
             );
         }
@@ -1099,15 +1094,6 @@ fn merge_up(blocks: &mut BlockStore, pool: &mut BlockPool, id: BlockId, f: Freed
     u.requested_size = f.requested;
     pool.rekey_in_blocks(&old, up, u);
     blocks.remove(id);
-}
-
-#[inline(always)]
-fn apply_net(arr: &mut crate::stats::StatArray, small: bool, net: i64) {
-    if net > 0 {
-        increase(arr, small, net as u64);
-    } else if net < 0 {
-        decrease(arr, small, net.unsigned_abs());
-    }
 }
 
 /// Turns off what `device` cannot do in `config` (expandable segments without virtual memory

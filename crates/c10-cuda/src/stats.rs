@@ -146,6 +146,17 @@ fn bump(arr: &mut StatArray, i: usize, o: usize, amount: u64) {
     arr[0].peak = arr[0].peak.max(total);
 }
 
+/// Adds `net` to pool `I`'s stat of `arr` (the other pool `O`), or subtracts `-net`; nothing
+/// when 0 (PyTorch updates no stat then).
+#[inline(always)]
+fn apply_net<const I: usize, const O: usize>(arr: &mut StatArray, net: i64) {
+    if net > 0 {
+        bump(arr, I, O, net as u64);
+    } else if net < 0 {
+        drop_by(arr, I, net.unsigned_abs());
+    }
+}
+
 /// [`decrease`] with the pool's index computed by the caller.
 #[inline(always)]
 fn drop_by(arr: &mut StatArray, i: usize, amount: u64) {
@@ -158,14 +169,23 @@ impl DeviceStats {
     /// and `active_bytes`), as in PyTorch's `alloc_found_block`.
     #[inline(always)]
     pub(crate) fn count_alloc(&mut self, small: bool, size: u64, requested: u64) {
-        let i = pool_index(small);
-        let o = 3 - i;
-        bump(&mut self.allocation, i, o, 1);
-        bump(&mut self.allocated_bytes, i, o, size);
-        bump(&mut self.requested_bytes, i, o, requested);
+        // Constant pool indices in each branch: the stats' addresses are fixed offsets.
+        if small {
+            self.count_alloc_in::<1, 2>(size, requested);
+        } else {
+            self.count_alloc_in::<2, 1>(size, requested);
+        }
         if self.active[1].current | self.active[2].current != 0 {
             self.note_active_peaks();
         }
+    }
+
+    /// [`Self::count_alloc`]'s increases in pool `I` (the other pool `O`).
+    #[inline(always)]
+    fn count_alloc_in<const I: usize, const O: usize>(&mut self, size: u64, requested: u64) {
+        bump(&mut self.allocation, I, O, 1);
+        bump(&mut self.allocated_bytes, I, O, size);
+        bump(&mut self.requested_bytes, I, O, requested);
     }
 
     /// [`Self::count_alloc`] of a block split from an unsplit one, whose remainder of
@@ -179,16 +199,23 @@ impl DeviceStats {
         requested: u64,
         remaining: u64,
     ) {
-        let i = pool_index(small);
-        let o = 3 - i;
-        bump(&mut self.inactive_split_bytes, i, o, remaining);
-        bump(&mut self.inactive_split, i, o, 1);
-        bump(&mut self.allocation, i, o, 1);
-        bump(&mut self.allocated_bytes, i, o, size);
-        bump(&mut self.requested_bytes, i, o, requested);
+        if small {
+            self.count_new_split_in::<1, 2>(remaining);
+            self.count_alloc_in::<1, 2>(size, requested);
+        } else {
+            self.count_new_split_in::<2, 1>(remaining);
+            self.count_alloc_in::<2, 1>(size, requested);
+        }
         if self.active[1].current | self.active[2].current != 0 {
             self.note_active_peaks();
         }
+    }
+
+    /// A new inactive split block of `remaining` bytes in pool `I` (the other pool `O`).
+    #[inline(always)]
+    fn count_new_split_in<const I: usize, const O: usize>(&mut self, remaining: u64) {
+        bump(&mut self.inactive_split_bytes, I, O, remaining);
+        bump(&mut self.inactive_split, I, O, 1);
     }
 
     /// While a free is pending, active is more than allocation: keeps the kept `active` and
@@ -215,6 +242,40 @@ impl DeviceStats {
         let i = pool_index(small);
         drop_by(&mut self.allocation, i, 1);
         drop_by(&mut self.allocated_bytes, i, size);
+    }
+
+    /// [`Self::count_free_requested`] then [`Self::count_free_completed`]: a free that
+    /// completes at once (no stream uses).
+    #[inline(always)]
+    pub(crate) fn count_free_now(&mut self, small: bool, size: u64, requested: u64) {
+        // Constant pool indices in each branch, as in `count_alloc`.
+        if small {
+            self.count_free_now_in::<1>(size, requested);
+        } else {
+            self.count_free_now_in::<2>(size, requested);
+        }
+    }
+
+    /// [`Self::count_free_now`] in pool `I`.
+    #[inline(always)]
+    fn count_free_now_in<const I: usize>(&mut self, size: u64, requested: u64) {
+        drop_by(&mut self.allocation, I, 1);
+        drop_by(&mut self.allocated_bytes, I, size);
+        drop_by(&mut self.requested_bytes, I, requested);
+    }
+
+    /// The inactive split blocks change by `blocks` and their bytes by `bytes` (a free's
+    /// merges: the merged neighbours leave, the merged block joins if still split).
+    #[inline(always)]
+    pub(crate) fn count_inactive_split_net(&mut self, small: bool, blocks: i64, bytes: i64) {
+        // Constant pool indices in each branch, as in `count_alloc`.
+        if small {
+            apply_net::<1, 2>(&mut self.inactive_split, blocks);
+            apply_net::<1, 2>(&mut self.inactive_split_bytes, bytes);
+        } else {
+            apply_net::<2, 1>(&mut self.inactive_split, blocks);
+            apply_net::<2, 1>(&mut self.inactive_split_bytes, bytes);
+        }
     }
 
     /// The user's free of a block of `size` bytes waits on stream events (PyTorch's
