@@ -37,76 +37,47 @@
 //! - at least 5x faster per pair than cubecl on every trace of 1,000+ allocations.
 //!
 //! # Measured
-//! 2026-12-05 07:11 UTC, `cargo xtask bench alloc --quick` on main a2efb6d, on a different (slower)
-//! 2-core x86-64 machine than 12-02's, quiet (load average 0.00 before, 0.57 after), ns per pair,
-//! best replay, cold (warm in brackets):
+//! 2026-12-07 12:15 UTC, `cargo xtask bench alloc` (full run) on main 1f52dcb, the 2-core
+//! x86-64 machine of 12-05/12-07, quiet; ns per pair, best replay, warm (cold in brackets),
+//! ratios of the same run:
 //!
-//! | trace | allocs | ours | torch 2.7.1 | torch 2.15.0 | cubecl 0.10 |
-//! |---|---|---|---|---|---|
-//! | lm_small_forward_from_empty | 36 | 67.9 (57.1) | 463.1 (395.8) | 579.4 (538.8) | 159.4 (154.2) |
-//! | lm_small_forward_bf16 | 681 | 67.4 (67.3) | 475.2 (485.7) | 622.2 (614.8) | 177.3 (177.4) |
-//! | gpt2small_trainstep_steady | 1721 | 64.0 (63.0) | 532.0 (528.0) | 730.4 (772.4) | 450.8 (441.5) |
-//! | lm2.7b_ctx128_forward_fp32 | 2058 | 72.8 (80.6) | 507.0 (491.1) | 656.0 (686.7) | 1276.0 (1215.0) |
-//! | lm2.7b_ctx512_forward_bf16 | 2702 | 77.3 (109.8) | 506.9 (504.6) | 712.6 (781.3) | 1348.9 (1308.4) |
-//! | lm2.7b_ctx128_trainstep_fp32 | 6771 | 93.2 (101.0) | 604.4 (592.9) | 844.7 (881.8) | 1341.3 (1339.7) |
-//! | warm_pair_512B (warm) | 10000 | 72.3 | 468.8 | 589.9 | 196.3 |
-//! | warm_pair_1MiB (warm) | 10000 | 72.7 | 488.5 | 582.1 | 200.3 |
+//! | trace | allocs | ours | torch 2.7.1 | /ours | torch 2.15.0 | /ours | cubecl 0.10 |
+//! |---|---|---|---|---|---|---|---|
+//! | lm_small_forward_from_empty | 36 | 34.5 (39.5) | 202.8 | 5.9x (6.1x) | 282.9 | 8.2x (7.9x) | 98.5 |
+//! | lm_small_forward_bf16 | 681 | 42.3 (42.3) | 238.2 | 5.6x (5.8x) | 327.7 | 7.8x (7.8x) | 113.8 |
+//! | gpt2small_trainstep_steady | 1721 | 37.5 (39.0) | 292.1 | 7.8x (6.8x) | 467.1 | 12.5x (10.7x) | 295.4 |
+//! | lm2.7b_ctx128_forward_fp32 | 2058 | 37.9 (38.7) | 266.4 | 7.0x (6.8x) | 418.4 | 11.0x (9.8x) | 872.8 |
+//! | lm2.7b_ctx512_forward_bf16 | 2702 | 46.4 (43.4) | 295.7 | 6.4x (6.5x) | 495.7 | 10.7x (9.8x) | 853.1 |
+//! | lm2.7b_ctx128_trainstep_fp32 | 6771 | 44.4 (48.1) | 357.9 | 8.1x (7.3x) | 553.9 | 12.5x (10.7x) | 990.7 |
+//! | warm_pair_512B | 10000 | 34.1 | 206.2 | 6.0x | 283.6 | 8.3x | 125.8 |
+//! | warm_pair_1MiB | 10000 | 33.3 | 215.1 | 6.5x | 286.1 | 8.6x | 134.0 |
+//! | warm_pair_20MiB | 10000 | 28.6 | 180.4 | 6.3x | 226.9 | 7.9x | 33.2 |
 //!
-//! Ratios: cold 6.5x to 8.3x torch 2.7.1 and 8.5x to 11.4x torch 2.15.0, warm 4.6x to 8.4x and
-//! 7.1x to 12.3x; warm 512 B pair 6.5x and 8.2x (a run at 05:17 on the same code: 75.5 ns,
-//! 6.7x and 7.6x). PyTorch's cold-trace figures on this machine are 1.9x to 2.5x those of 12-02
-//! (its warm 1 MiB pair 3.0x), ours 1.6x to 1.9x, so the absolute ns are not comparable with
-//! 12-02's. Met: the cubecl target (worst 7.0x
-//! cold); missed: the 10x torch targets and the 50 ns warm pair. Callgrind
-//! (`TENSORMEM_ALLOC_PROFILE=warm_pair_512B:warm:1`) counts 775 instructions per warm 512 B pair
-//! on this code (commit d522443; 1,010 on 12-02) against PyTorch's about 4,100. Since then
-//! (issue 30; no wall-clock run yet): 672 at commit ef356b4 (695 at 6cdfa4e;
-//! `warm_pair_512B:front-warm:2`, through the thread-safe front, 912 (28,320,655 -> 27,360,697 Ir
-//! for 30,000 pairs) since the front's `malloc_locked` returns only the address: at ef356b4 it
-//! moved the whole `Allocation` result through the stack, 944, up from 924), on real
-//! traces 5% to 7% fewer than on 498eee2 (0.3% to 0.6% fewer than on 964ad84); 659 at 8df48c1
-//! (front-warm:2 887: a split's remainder sets its class bit alone, a re-keyed node keeps its
-//! rank and stream, malloc's five stat increases share one pool index); 653 at 04b8d0c
-//! (front-warm:2 883: malloc's split writes the piece and shrinks the remainder through one
-//! borrow of the arena's slots, and the request's pool index in the pool table is kept in
-//! `Params`); 637 at 2855cee (front-warm:2 831: the front's rare paths, the out-of-memory
-//! retry, the thread-cache take and the tracked free, out of line, 883 -> 850 with the direct
-//! pair unchanged; `BlockId` a `NonZeroU32`, so a block's `Option<BlockId>` links are one word,
-//! 653 -> 636 and 850 -> 845; the free with stream uses out of line, 637 and 831); 630 at
-//! a34bbd7 (front-warm:2 819: a split's remainder alone in its class moves to an empty class
-//! of the same bitmap word with one word update). Wall clock at fcab87c (`cargo xtask bench
-//! alloc --quick`, quiet machine): warm 512 B pair 38.7 ns in 3 of 5 runs, 59-61 ns in the
-//! other 2 (runs are bimodal per process, whatever the commit; d20c910: 44.8-45.3, one 50.4).
-//! By file at
-//! 2855cee: free index 175, `allocator.rs` 137, block arena 65, stats 58, slice indexing 37,
-//! pointer map 32, Vec pointer reloads 28, sizes 16, `uint_macros` 16, the bench's loop 14,
-//! `cmp` 10; about 78 stack loads and stores per pair (about 69 at 04b8d0c, counted the same
-//! way: one-word links load less, the pair spills more); through the front, `malloc_locked` 418,
-//! `delete_locked` 282 and `raw_alloc_with_stream`'s own 49. Every inline boundary moved inside
-//! the allocator was worse (`free` out of line 670 / 889, `try_malloc_cached` 695 / 910,
-//! `free_idle_block` 701 / 910: results and `Freed` go through memory), as was a pool-major
-//! stats table (650 / 884 against 653 / 883 as a prototype). By file at 04b8d0c: free index
-//! 177, `allocator.rs` 137, block arena 77, stats 55, slice indexing 41 (address arithmetic:
-//! block arena 11, pool table 9, pointer map 9, free index 5, the bench loop's 6; no bounds
-//! checks left in c10-cuda's part), Vec pointer reloads 28, pointer map 32, sizes 17,
-//! `uint_macros` 15, the bench's loop 13, `cmp` 11; about 69 stack spills and reloads. Holding a table's base across a sequence of accesses mostly moves
-//! the register pressure (the free index's node table borrowed once per link: warm 672 to 683
-//! against 659, front-warm:2 878 to 881 against 887; left out). By file at ef356b4: the
-//! free index 171, `allocator.rs` 109, stats 96 (10 stat updates; a decrease is one
-//! subtraction from `current` after the pool index, `freed` being derived on read; an increase
-//! about 14 with its two branch-free peaks), the block arena 65 (the malloc split, about 36: the new block's fields, its links,
-//! the free-list pop; the compiler already builds it in place, so there is no 128-byte copy to
-//! save), slice indexing 43 (mostly address arithmetic; the few bounds checks left appear to be
-//! the bench loop's slot tables), Vec pointer reloads 36, the pointer map 32, `cmp` 25, sizes 14, the
-//! bench's own loop 12; about 77 are stack spills and reloads. 10x needs about 410: what is
-//! left is fewer stores and reloads per operation rather than one hot spot (link-only
-//! free-index nodes, about 15; 64-byte hot blocks with cold fields in side tables, under 10
-//! net, since the GC stamp and the tag clear would then write a second table; pool-major
-//! stats, so one pool index serves every array).
-//! On real traces the wall time also goes to mispredicted data-dependent branches (callgrind's
-//! branch simulation: about 6 per pair on the largest trace), which is why the branch-free peak
-//! maxima, the quarter-full pointer map and the longer class lists (see `free_index.rs`) were
-//! each worth more than their instruction counts suggest.
+//! Met: 10x torch 2.15.0 on four traces of six, warm and cold (gpt2small, lm2.7b ctx128
+//! trainstep; lm2.7b ctx128 forward and ctx512 warm only). Missed: 10x torch 2.7.1 anywhere
+//! (5.6x to 8.1x), the warm 512 B pair at 30 ns (34.1; interleaved profile runs 33.5-33.9).
+//!
+//! Callgrind (`TENSORMEM_ALLOC_PROFILE=warm_pair_512B:warm:1`, the replays only; PyTorch about
+//! 4,100): 543 instructions per warm 512 B pair at 1f52dcb, front-warm:2 734 (1,010 on 12-02;
+//! 630 at f3e0162: 597 with a freed block merging into its free upper neighbour's slot, one
+//! re-key instead of a removal and an insert; 545 with the small pool's sizes from 1 MiB up in
+//! one top class, where a segment's remainder is re-keyed in place; 543 with the stats' pool
+//! indices constant per branch). Warm traces, instructions per pair (RUNS=3 minus RUNS=1, over
+//! two replays), f3e0162 -> 1f52dcb: lm_small_forward_bf16 633 -> 621,
+//! lm2.7b_ctx128_forward_fp32 599 -> 538, lm2.7b_ctx128_trainstep_fp32 688 -> 602,
+//! lm2.7b_ctx512_forward_bf16 739 -> 590, gpt2small_trainstep_steady 535 -> 539 (the long
+//! classes of equal blocks as sorted vectors). By file at 1f52dcb (pair): free index 108,
+//! stats 73, `allocator.rs` 72, block arena 71, `cmp` 38 (the peaks' maxima), slice indexing 34,
+//! pointer map 31, Vec pointer reloads 28, `uint_macros` 17, sizes 14, the bench's loop 14;
+//! 68 stack loads and stores. At about 4.4 instructions per cycle the pair is bound by its
+//! instruction count: 30 ns needs about 470. Earlier experiments (all measured, all left out):
+//! every inline boundary moved inside the allocator (`malloc`/`free` out of line 600, a
+//! re-key's moving path out of line 564), a lowest-class hint in the bitmap (565), a pool
+//! table per pool (650 against 653), branchy peaks (548), LTO fat with one codegen unit (no
+//! change in wall time): at this size, each small change moves the register allocation of the
+//! inlined replay by +-10 to 20 instructions. On real traces the time also goes to
+//! mispredicted data-dependent branches (callgrind's branch simulation: about 4.8 per pair on
+//! lm2.7b_ctx512_forward_bf16, 83 conditional branches, none dominant).
 //!
 //! Run: `cargo xtask bench` (with the peer), or
 //! `cargo bench -p c10-cuda --bench alloc [--features bench-peer-cubecl]`; add
