@@ -70,6 +70,12 @@ pub struct DeviceCachingAllocator<D: DeviceMemory> {
     /// The pool table: the default pools in slot 0, private pools after them (PyTorch's
     /// `large_blocks`, `small_blocks`, `graph_pools`, `captures_underway`...; `pool_table.rs`).
     pub(crate) pools: PoolTable,
+    /// Nothing rare is in force: no stream events outstanding and no frees deferred, no private
+    /// pool begun, no garbage collection, no `max_split_size`, no history recorded. The malloc
+    /// and free paths then skip those checks (one test of this flag instead of six).
+    /// [`Self::refresh_plain`] keeps it at every change of those (debug builds check it on
+    /// every malloc and free). No PyTorch counterpart: a cache of its checks.
+    pub(crate) plain: bool,
 }
 
 /// Blocks the tables start with room for (about 100 KiB in all), so that a new allocator
@@ -184,7 +190,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             warnings,
             rules,
             pools: PoolTable::default(),
+            plain: false,
         };
+        this.refresh_plain();
         if let Some(f) = this.config.per_process_memory_fraction {
             this.set_memory_fraction(f)?;
         }
@@ -255,6 +263,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 Some(limit as usize)
             };
         self.config.per_process_memory_fraction = Some(fraction);
+        self.refresh_plain();
         Ok(())
     }
 
@@ -266,11 +275,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         } else {
             self.history.enable(max_entries, clock);
         }
+        self.refresh_plain();
     }
 
     /// Stops recording history; the entries so far are kept.
     pub fn stop_history(&mut self) {
         self.history.disable();
+        self.refresh_plain();
     }
 
     /// Drops the recorded history.
@@ -358,12 +369,37 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         size: usize,
         stream: StreamId,
     ) -> Result<Option<Allocation>> {
+        debug_assert_eq!(self.plain, self.compute_plain(), "stale `plain`");
+        if self.plain {
+            // No events to process, the default pools, none of the rare checks.
+            let p = self.sized(size, stream);
+            return Ok(self.cached::<true>(&p));
+        }
         self.process_events()?;
         let p = self.params(size, stream)?;
-        match self.find_free_block(&p) {
-            Some(key) => Ok(Some(self.alloc_found_key(&p, key))),
-            None => Ok(None),
-        }
+        Ok(self.cached::<false>(&p))
+    }
+
+    /// The cache search and hand-out of [`Self::try_malloc_cached`] (`PLAIN`: [`Self::plain`]).
+    #[inline(always)]
+    fn cached<const PLAIN: bool>(&mut self, p: &Params) -> Option<Allocation> {
+        let key = self.find_free_block_in::<PLAIN>(p)?;
+        Some(self.alloc_found::<PLAIN>(p, key.id, Some(key)))
+    }
+
+    /// Whether nothing rare is in force ([`Self::plain`], computed).
+    pub(crate) fn compute_plain(&self) -> bool {
+        (self.events.streams_waiting() | self.pools.deferred.len()) == 0
+            && self.pools.begun.is_empty()
+            && !(self.accounting.allowed_memory_maximum.is_some() && self.config.gc_enabled())
+            && self.max_split == usize::MAX
+            && !self.history.is_active()
+    }
+
+    /// Brings [`Self::plain`] up to date: called wherever events, deferred frees, begun pools,
+    /// the memory fraction, the configuration or the history change.
+    pub(crate) fn refresh_plain(&mut self) {
+        self.plain = self.compute_plain();
     }
 
     /// The second half of [`Self::malloc`], after a cache miss and the free-memory callbacks:
@@ -512,7 +548,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// pool ([`Self::alloc_found_key`] takes it out).
     #[inline(always)]
     pub(crate) fn find_free_block(&mut self, p: &Params) -> Option<SizeKey> {
-        let gc = self.accounting.allowed_memory_maximum.is_some() && self.config.gc_enabled();
+        self.find_free_block_in::<false>(p)
+    }
+
+    /// [`Self::find_free_block`]; `PLAIN`: [`Self::plain`] holds (no GC, no `max_split_size`).
+    #[inline(always)]
+    fn find_free_block_in<const PLAIN: bool>(&mut self, p: &Params) -> Option<SizeKey> {
+        let gc =
+            !PLAIN && self.accounting.allowed_memory_maximum.is_some() && self.config.gc_enabled();
         let blocks = &self.blocks;
         // SAFETY: `p.table_index()` is `index_of` the request's route, a slot of this table
         // (`Params::sized` routes to the default slot, `route_to` to a pool the table made).
@@ -553,6 +596,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                     }
                 }
             }
+        }
+        if PLAIN {
+            // No `max_split_size`: no block is oversize.
+            return Some(key);
         }
         // Never hand an oversize block to a normal request, nor a much larger oversize block to
         // an oversize request (the limits read once a block is found).
@@ -640,21 +687,18 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// (PyTorch's `alloc_found_block`).
     #[inline(always)]
     pub(crate) fn alloc_found_block(&mut self, p: &Params, found: BlockId) -> Allocation {
-        self.alloc_found(p, found, None)
-    }
-
-    /// [`Self::alloc_found_block`] of the block [`Self::find_free_block`] found, still in its
-    /// pool under `key`: a split moves it to the remainder's key (the remainder keeps the id),
-    /// otherwise it leaves the pool here.
-    #[inline(always)]
-    pub(crate) fn alloc_found_key(&mut self, p: &Params, key: SizeKey) -> Allocation {
-        self.alloc_found(p, key.id, Some(key))
+        self.alloc_found::<false>(p, found, None)
     }
 
     /// [`Self::alloc_found_block`], with `indexed` the key under which the block is still in its
-    /// pool, if it is.
+    /// pool, if it is. `PLAIN`: [`Self::plain`] holds (no history, no `max_split_size`).
     #[inline(always)]
-    fn alloc_found(&mut self, p: &Params, found: BlockId, indexed: Option<SizeKey>) -> Allocation {
+    fn alloc_found<const PLAIN: bool>(
+        &mut self,
+        p: &Params,
+        found: BlockId,
+        indexed: Option<SizeKey>,
+    ) -> Allocation {
         let small = p.small;
         // One read of the found block: everything both paths need.
         let (block_size, already_split, expandable, ptr) = {
@@ -706,10 +750,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             b.requested_size = p.orig_size;
             (found, block_size)
         };
-        self.history
-            .record(TraceAction::Alloc, ptr, p.orig_size as u64, p.stream);
+        if !PLAIN {
+            self.history
+                .record(TraceAction::Alloc, ptr, p.orig_size as u64, p.stream);
+        }
         self.blocks.allocated.insert_new(ptr, id);
-        if size >= self.max_split() {
+        if !PLAIN && size >= self.max_split() {
             self.accounting.kept_mut().oversize_allocations.increase(1);
         }
         Allocation {
@@ -775,6 +821,17 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// changes); [`Error::Device`] when recording an event fails.
     #[inline(always)]
     pub fn free(&mut self, ptr: DevicePtr) -> Result<()> {
+        debug_assert_eq!(self.plain, self.compute_plain(), "stale `plain`");
+        if self.plain {
+            self.free_in::<true>(ptr)
+        } else {
+            self.free_in::<false>(ptr)
+        }
+    }
+
+    /// [`Self::free`]; `PLAIN`: [`Self::plain`] holds (no history, no `max_split_size`).
+    #[inline(always)]
+    fn free_in<const PLAIN: bool>(&mut self, ptr: DevicePtr) -> Result<()> {
         let Some(id) = self.blocks.allocated.remove(ptr) else {
             return Err(Error::InvalidPointer {
                 ptr,
@@ -794,14 +851,16 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.accounting
             .kept_mut()
             .count_free_now(small, size as u64, requested as u64);
-        self.history
-            .record(TraceAction::FreeRequested, ptr, requested as u64, stream);
-        if size >= self.max_split() {
-            self.accounting.kept_mut().oversize_allocations.decrease(1);
+        if !PLAIN {
+            self.history
+                .record(TraceAction::FreeRequested, ptr, requested as u64, stream);
+            if size >= self.max_split() {
+                self.accounting.kept_mut().oversize_allocations.decrease(1);
+            }
         }
         // The block's fields read again here rather than kept across the counting.
         let f = Freed::of(self.blocks.get(id));
-        self.free_idle_block(id, f);
+        self.free_idle_block::<PLAIN>(id, f);
         Ok(())
     }
 
@@ -828,6 +887,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         if self.capture_underway() {
             // torch 2.7: a begun pool is a capture; the events wait until it ends.
             self.pools.deferred.push(id);
+            self.plain = false;
             return Ok(());
         }
         self.insert_events(id)
@@ -902,6 +962,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             self.device.record_event(event, stream)?;
             self.blocks.get_mut(id).event_count += 1;
             self.events.push(stream, event, id);
+            self.plain = false;
         }
         Ok(())
     }
@@ -918,13 +979,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let stats = self.accounting.kept_mut();
         stats.count_deferred_completed(f.small, f.size as u64);
         stats.count_free_completed(f.small, f.requested as u64);
-        self.free_idle_block(id, f);
+        self.free_idle_block::<false>(id, f);
     }
 
     /// [`Self::free_block`] with the block's fields already read (by [`Self::free`]) and
-    /// `requested_bytes` already counted (by both).
+    /// `requested_bytes` already counted (by both). `PLAIN`: [`Self::plain`] holds (no
+    /// history).
     #[inline(always)]
-    fn free_idle_block(&mut self, id: BlockId, f: Freed) {
+    fn free_idle_block<const PLAIN: bool>(&mut self, id: BlockId, f: Freed) {
         let Freed {
             ptr,
             size: _,
@@ -936,8 +998,10 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             pool: block_pool,
             mapped,
         } = f;
-        self.history
-            .record(TraceAction::FreeCompleted, ptr, requested as u64, stream);
+        if !PLAIN {
+            self.history
+                .record(TraceAction::FreeCompleted, ptr, requested as u64, stream);
+        }
         // `requested_bytes` was counted by the callers (PyTorch counts it last; no other update
         // of that stat in between).
         // Merged neighbours leave the inactive split blocks; PyTorch merges the lower one first.

@@ -328,6 +328,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             self.history
                 .enable_with(options.max_entries, options.clock, options.context);
         }
+        self.refresh_plain();
     }
 
     /// The context mode in force ([`RecordContext::Never`] while history is off).
@@ -357,6 +358,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     pub fn attach_trace_tracker(&mut self, tracker: TraceTracker) {
         let device = self.device.index();
         self.history.attach_tracker(device, tracker);
+        self.refresh_plain();
     }
 }
 

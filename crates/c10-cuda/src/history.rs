@@ -284,6 +284,12 @@ impl History {
         self.update_active();
     }
 
+    /// Whether entries are recorded (history enabled or a trace tracker attached).
+    #[inline(always)]
+    pub(crate) fn is_active(&self) -> bool {
+        self.active
+    }
+
     #[inline(always)]
     pub(crate) fn record(&mut self, action: TraceAction, addr: u64, size: u64, stream: StreamId) {
         if self.active {

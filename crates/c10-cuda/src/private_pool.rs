@@ -127,6 +127,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             return Err(PoolError::AlreadyRecording { id }.into());
         }
         self.pools.begun.push((id, filter));
+        self.refresh_plain();
         Ok(())
     }
 
@@ -139,6 +140,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         match self.pools.begun.iter().position(|(b, _)| *b == id) {
             Some(i) => {
                 self.pools.begun.remove(i);
+                self.refresh_plain();
                 Ok(())
             }
             None => Err(PoolError::NotRecording { id }.into()),

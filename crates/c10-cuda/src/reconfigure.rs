@@ -42,10 +42,14 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.accounting.kept_mut().max_split_size = config.max_split_size.map(|v| v as u64);
         self.max_split = config.max_split_size_or_max();
         self.config = config;
-        match fraction {
-            Some(f) => self.set_memory_fraction(f)?,
-            None => self.accounting.allowed_memory_maximum = None,
-        }
-        Ok(())
+        let applied = match fraction {
+            Some(f) => self.set_memory_fraction(f),
+            None => {
+                self.accounting.allowed_memory_maximum = None;
+                Ok(())
+            }
+        };
+        self.refresh_plain();
+        applied
     }
 }

@@ -40,9 +40,17 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         self.process_outstanding_events()
     }
 
+    /// [`Self::process_events`] with events or deferred frees outstanding; brings
+    /// [`Self::plain`] up to date after, whatever happened.
     #[cold]
     #[inline(never)]
     fn process_outstanding_events(&mut self) -> Result<()> {
+        let processed = self.process_events_now();
+        self.refresh_plain();
+        processed
+    }
+
+    fn process_events_now(&mut self) -> Result<()> {
         if self.capture_underway() {
             // torch 2.7: no event queries while a pool (a "capture") is begun.
             return Ok(());
@@ -79,6 +87,13 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
     /// capture: this fails (after counting, as PyTorch's assertion does); else the events of
     /// frees deferred during the "capture" are recorded first.
     pub(crate) fn synchronize_and_free_events(&mut self, pool: Option<u32>) -> Result<()> {
+        let synchronized = self.synchronize_events_now(pool);
+        self.refresh_plain();
+        synchronized
+    }
+
+    /// [`Self::synchronize_and_free_events`] before [`Self::plain`] is brought up to date.
+    fn synchronize_events_now(&mut self, pool: Option<u32>) -> Result<()> {
         self.accounting.kept_mut().num_sync_all_streams += 1;
         if self.capture_underway() {
             return Err(crate::pool_types::PoolError::CaptureUnderway {
