@@ -137,13 +137,24 @@ pub(crate) fn decrease(arr: &mut StatArray, small: bool, amount: u64) {
 }
 
 /// [`increase`] with the pool's index `i` and the other pool's `o` computed by the caller (once
-/// for several arrays). The maxima are branch-free: a forward pass sets new peaks at
-/// unpredictable points.
+/// for several arrays). The peaks are stored only when they move (a compare and a branch when
+/// they do not): measured on 2026-12-07 against branch-free maxima, 25 fewer instructions per
+/// warm pair (33.0 -> 31.7 ns) and the shared traces' warm replays 0.5 to 0.8 ns faster or
+/// unchanged, their new peaks being rare enough to predict.
 #[inline(always)]
 fn bump(arr: &mut StatArray, i: usize, o: usize, amount: u64) {
-    arr[i].increase(amount);
-    let total = arr[i].current + arr[o].current;
-    arr[0].peak = arr[0].peak.max(total);
+    let amount = amount as i64;
+    let s = &mut arr[i];
+    s.current += amount;
+    s.allocated += amount;
+    let now = s.current;
+    if now > s.peak {
+        s.peak = now;
+    }
+    let total = now + arr[o].current;
+    if total > arr[0].peak {
+        arr[0].peak = total;
+    }
 }
 
 /// Adds `net` to pool `I`'s stat of `arr` (the other pool `O`), or subtracts `-net`; nothing
