@@ -71,8 +71,9 @@ pub struct DeviceCachingAllocator<D: DeviceMemory> {
     /// `large_blocks`, `small_blocks`, `graph_pools`, `captures_underway`...; `pool_table.rs`).
     pub(crate) pools: PoolTable,
     /// Nothing rare is in force: no stream events outstanding and no frees deferred, no private
-    /// pool begun, no garbage collection, no `max_split_size`, no history recorded. The malloc
-    /// and free paths then skip those checks (one test of this flag instead of six).
+    /// pool begun, no garbage collection, no `max_split_size`, no history recorded, no
+    /// expandable segment ever made (so every block is mapped and in a `cudaMalloc`ed segment).
+    /// The malloc and free paths then skip those checks (one test of this flag instead).
     /// [`Self::refresh_plain`] keeps it at every change of those (debug builds check it on
     /// every malloc and free). No PyTorch counterpart: a cache of its checks.
     pub(crate) plain: bool,
@@ -394,10 +395,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             && !(self.accounting.allowed_memory_maximum.is_some() && self.config.gc_enabled())
             && self.max_split == usize::MAX
             && !self.history.is_active()
+            && self.blocks.segments.is_empty()
     }
 
     /// Brings [`Self::plain`] up to date: called wherever events, deferred frees, begun pools,
-    /// the memory fraction, the configuration or the history change.
+    /// the memory fraction, the configuration or the history change (and cleared when an
+    /// expandable segment is made).
     pub(crate) fn refresh_plain(&mut self) {
         self.plain = self.compute_plain();
     }
@@ -564,7 +567,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             pool.get_free_blocks_call_count += 1;
         }
         let mut key = pool.blocks.lower_bound(p.stream, p.size)?;
-        if blocks.get(key.id).expandable.is_some() {
+        if !PLAIN && blocks.get(key.id).expandable.is_some() {
             // Rare: walk on in best-fit order.
             let mut it = pool.blocks.range_from(p.stream, p.size);
             it.next();
@@ -705,7 +708,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             let b = self.blocks.get(found);
             (b.size, b.is_split(), b.expandable, b.ptr)
         };
-        let not_expandable = expandable.is_none();
+        let not_expandable = PLAIN || expandable.is_none();
         let (id, size) = if !p.no_split && should_split(block_size, p.size, p.small, &self.config) {
             // The allocation takes the low addresses; the remainder keeps the old id. The stats
             // first (they do not depend on the blocks' bookkeeping).
@@ -1010,7 +1013,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         // The neighbours are in the block's pool (no block crosses pools).
         let pool = self.pools.block_pool_mut(block_pool, small);
         if let Some(up) = next {
-            if mapped && merges_up_only(&self.blocks, prev, up) {
+            if (PLAIN || mapped) && merges_up_only::<PLAIN>(&self.blocks, prev, up) {
                 merge_up(&mut self.blocks, pool, id, f);
                 let b = self.blocks.get(up);
                 let stats = self.accounting.kept_mut();
@@ -1042,7 +1045,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         } else {
             (-merged_blocks, -(merged_bytes as i64))
         };
-        let expandable = b.expandable.is_some();
+        let expandable = !PLAIN && b.expandable.is_some();
         let stats = self.accounting.kept_mut();
         if !expandable {
             stats.count_inactive_split_net(
@@ -1124,13 +1127,17 @@ fn merge_neighbour(
 
 /// Whether freeing a mapped block between `prev` and `up` merges it with `up` alone: `up` is
 /// idle, mapped and outside expandable segments, and `prev` is absent or not idle (so the
-/// merged block is `up` grown downwards: [`merge_up`]).
+/// merged block is `up` grown downwards: [`merge_up`]). `PLAIN`: no expandable segment exists
+/// (every block is mapped and outside them).
 #[inline(always)]
-fn merges_up_only(blocks: &BlockStore, prev: Option<BlockId>, up: BlockId) -> bool {
+fn merges_up_only<const PLAIN: bool>(
+    blocks: &BlockStore,
+    prev: Option<BlockId>,
+    up: BlockId,
+) -> bool {
     let u = blocks.get(up);
     u.is_idle()
-        && u.mapped
-        && u.expandable.is_none()
+        && (PLAIN || (u.mapped && u.expandable.is_none()))
         && prev.is_none_or(|p| !blocks.get(p).is_idle())
 }
 

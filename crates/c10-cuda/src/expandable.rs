@@ -134,6 +134,7 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         block.rank = self.take_registration();
         block.pool = pool;
         self.blocks.segments.push(Some(segment));
+        self.plain = false;
         let id = self.blocks.insert(block);
         let key = AddrKey::of(id, self.blocks.get(id));
         self.block_pool_mut(pool, small).unmapped.insert(key);
