@@ -1029,12 +1029,12 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
             }
         }
         if let Some(src) = prev {
-            let subsumed = merge_neighbour(&mut self.blocks, pool, id, src, mapped, true);
+            let subsumed = merge_neighbour::<PLAIN>(&mut self.blocks, pool, id, src, mapped, true);
             merged_blocks += i64::from(subsumed > 0);
             merged_bytes += subsumed;
         }
         if let Some(src) = next {
-            let subsumed = merge_neighbour(&mut self.blocks, pool, id, src, mapped, false);
+            let subsumed = merge_neighbour::<PLAIN>(&mut self.blocks, pool, id, src, mapped, false);
             merged_blocks += i64::from(subsumed > 0);
             merged_bytes += subsumed;
         }
@@ -1072,14 +1072,15 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
         let d = self.blocks.get(dst);
         let (dst_mapped, lower) = (d.mapped, d.prev == Some(src));
         let pool = self.pools.block_pool_mut(d.pool, d.small);
-        merge_neighbour(&mut self.blocks, pool, dst, src, dst_mapped, lower)
+        merge_neighbour::<false>(&mut self.blocks, pool, dst, src, dst_mapped, lower)
     }
 }
 
 /// [`DeviceCachingAllocator::try_merge_blocks`] given `dst`'s pool and mapping state and on
-/// which side `src` lies (`lower`: `src` is `dst`'s `prev`).
+/// which side `src` lies (`lower`: `src` is `dst`'s `prev`). `PLAIN`: the allocator's `plain`
+/// holds (every block mapped; a free block is idle).
 #[inline(always)]
-fn merge_neighbour(
+fn merge_neighbour<const PLAIN: bool>(
     blocks: &mut BlockStore,
     pool: &mut BlockPool,
     dst: BlockId,
@@ -1088,7 +1089,7 @@ fn merge_neighbour(
     lower: bool,
 ) -> usize {
     let s = blocks.get(src);
-    if !s.is_idle() || s.mapped != dst_mapped {
+    if !s.is_idle_in::<PLAIN>() || (!PLAIN && s.mapped != dst_mapped) {
         return 0;
     }
     debug_assert!(s.pool == blocks.get(dst).pool && s.small == blocks.get(dst).small);
@@ -1136,9 +1137,9 @@ fn merges_up_only<const PLAIN: bool>(
     up: BlockId,
 ) -> bool {
     let u = blocks.get(up);
-    u.is_idle()
+    u.is_idle_in::<PLAIN>()
         && (PLAIN || (u.mapped && u.expandable.is_none()))
-        && prev.is_none_or(|p| !blocks.get(p).is_idle())
+        && prev.is_none_or(|p| !blocks.get(p).is_idle_in::<PLAIN>())
 }
 
 /// The free of block `id` (`f`) that [`merges_up_only`] with its upper neighbour: the same

@@ -140,6 +140,19 @@ impl Block {
         // No events and no stream uses, tested together.
         !self.allocated && (self.event_count as usize | self.stream_uses.len()) == 0
     }
+
+    /// [`Self::is_idle`]; `PLAIN`: no stream event is outstanding and no free deferred (the
+    /// allocator's `plain`), so a block that is not allocated has no events and no stream
+    /// uses (a free takes them), and only `allocated` is read.
+    #[inline(always)]
+    pub(crate) fn is_idle_in<const PLAIN: bool>(&self) -> bool {
+        if PLAIN {
+            debug_assert!(self.allocated || self.is_idle());
+            !self.allocated
+        } else {
+            self.is_idle()
+        }
+    }
 }
 
 /// The arena owning every block of one device allocator. Deleted slots are chained through
