@@ -726,7 +726,9 @@ impl<D: DeviceMemory> DeviceCachingAllocator<D> {
                 stats.count_alloc(small, size, requested);
             }
             let remaining = found;
-            let (id, r) = self.blocks.split_off_low(found, p.size, p.orig_size);
+            let (id, r) = self
+                .blocks
+                .split_off_low::<PLAIN>(found, p.size, p.orig_size);
             debug_assert_eq!((r.ptr, r.size), (ptr + p.size as u64, remaining_size));
             // SAFETY: as in `find_free_block`: the request's route is a slot of this table.
             let pool = unsafe { self.pools.block_pool_at(p.table_index()) };

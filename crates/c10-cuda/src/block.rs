@@ -223,9 +223,11 @@ impl BlockArena {
     /// remainder. A reused slot held a deleted block, which was idle (no tag, no events, no
     /// stream uses: `remove` is only given idle blocks), so only the fields that differ from a
     /// piece's are written there; debug builds compare the slot with the piece. The slots are
-    /// borrowed once for the whole cut, so their base address is read once.
+    /// borrowed once for the whole cut, so their base address is read once. `PLAIN`: no
+    /// expandable segment was ever made (the allocator's `plain`), so every block, and every
+    /// deleted slot, is mapped and outside them: those two fields are neither read nor written.
     #[inline(always)]
-    pub(crate) fn split_off_low(
+    pub(crate) fn split_off_low<const PLAIN: bool>(
         &mut self,
         src: BlockId,
         size: usize,
@@ -258,16 +260,14 @@ impl BlockArena {
         // SAFETY: `j < slots.len()`: `src` came from this arena (see `get`).
         let s = unsafe { slots.get_unchecked(j) };
         // What a piece inherits (`Block::piece`).
-        let (ptr, stream, small, mapped, expandable, rank, pool, before) = (
-            s.ptr,
-            s.stream,
-            s.small,
-            s.mapped,
-            s.expandable,
-            s.rank,
-            s.pool,
-            s.prev,
-        );
+        let (ptr, stream, small, rank, pool, before) =
+            (s.ptr, s.stream, s.small, s.rank, s.pool, s.prev);
+        let (mapped, expandable) = if PLAIN {
+            debug_assert!(s.mapped && s.expandable.is_none());
+            (true, None)
+        } else {
+            (s.mapped, s.expandable)
+        };
         // SAFETY: `i < slots.len()`: the free list holds ids of this arena's deleted slots.
         let slot = unsafe { slots.get_unchecked_mut(i) };
         debug_assert!(!slot.live && slot.tag.is_none() && slot.event_count == 0);
@@ -278,11 +278,15 @@ impl BlockArena {
         slot.stream = stream;
         slot.small = small;
         slot.allocated = true;
-        slot.mapped = mapped;
+        if PLAIN {
+            debug_assert!(slot.mapped && slot.expandable.is_none());
+        } else {
+            slot.mapped = mapped;
+            slot.expandable = expandable;
+        }
         slot.prev = before;
         slot.next = Some(src);
         slot.gc_count_base = 0;
-        slot.expandable = expandable;
         slot.rank = rank;
         slot.pool = pool;
         slot.live = true;

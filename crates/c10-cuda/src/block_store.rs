@@ -62,13 +62,13 @@ impl BlockStore {
     /// Cuts an allocated block of `size` bytes off the low end of free block `src`
     /// ([`BlockArena::split_off_low`]): the new block's id and the remainder.
     #[inline(always)]
-    pub(crate) fn split_off_low(
+    pub(crate) fn split_off_low<const PLAIN: bool>(
         &mut self,
         src: BlockId,
         size: usize,
         requested: usize,
     ) -> (BlockId, &mut Block) {
-        self.arena.split_off_low(src, size, requested)
+        self.arena.split_off_low::<PLAIN>(src, size, requested)
     }
 
     /// Deletes the block `id`.
