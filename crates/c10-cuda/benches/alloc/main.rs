@@ -37,47 +37,48 @@
 //! - at least 5x faster per pair than cubecl on every trace of 1,000+ allocations.
 //!
 //! # Measured
-//! 2026-12-07 12:15 UTC, `cargo xtask bench alloc` (full run) on main 1f52dcb, the 2-core
-//! x86-64 machine of 12-05/12-07, quiet; ns per pair, best replay, warm (cold in brackets),
-//! ratios of the same run:
+//! 2026-12-07 12:43 UTC, `cargo xtask bench alloc` (full run) on main bbe795d, the 2-core
+//! x86-64 machine of 12-05/12-07 (load average 1.7 before: other sessions' jobs); ns per pair,
+//! best replay, warm (cold in brackets), ratios of the same run:
 //!
 //! | trace | allocs | ours | torch 2.7.1 | /ours | torch 2.15.0 | /ours | cubecl 0.10 |
 //! |---|---|---|---|---|---|---|---|
-//! | lm_small_forward_from_empty | 36 | 34.5 (39.5) | 202.8 | 5.9x (6.1x) | 282.9 | 8.2x (7.9x) | 98.5 |
-//! | lm_small_forward_bf16 | 681 | 42.3 (42.3) | 238.2 | 5.6x (5.8x) | 327.7 | 7.8x (7.8x) | 113.8 |
-//! | gpt2small_trainstep_steady | 1721 | 37.5 (39.0) | 292.1 | 7.8x (6.8x) | 467.1 | 12.5x (10.7x) | 295.4 |
-//! | lm2.7b_ctx128_forward_fp32 | 2058 | 37.9 (38.7) | 266.4 | 7.0x (6.8x) | 418.4 | 11.0x (9.8x) | 872.8 |
-//! | lm2.7b_ctx512_forward_bf16 | 2702 | 46.4 (43.4) | 295.7 | 6.4x (6.5x) | 495.7 | 10.7x (9.8x) | 853.1 |
-//! | lm2.7b_ctx128_trainstep_fp32 | 6771 | 44.4 (48.1) | 357.9 | 8.1x (7.3x) | 553.9 | 12.5x (10.7x) | 990.7 |
-//! | warm_pair_512B | 10000 | 34.1 | 206.2 | 6.0x | 283.6 | 8.3x | 125.8 |
-//! | warm_pair_1MiB | 10000 | 33.3 | 215.1 | 6.5x | 286.1 | 8.6x | 134.0 |
-//! | warm_pair_20MiB | 10000 | 28.6 | 180.4 | 6.3x | 226.9 | 7.9x | 33.2 |
+//! | lm_small_forward_from_empty | 36 | 31.7 (36.7) | 205.0 | 6.5x (6.6x) | 279.6 | 8.8x (8.2x) | 99.3 |
+//! | lm_small_forward_bf16 | 681 | 38.9 (47.9) | 211.1 | 5.4x (4.9x) | 307.1 | 7.9x (6.4x) | 113.4 |
+//! | gpt2small_trainstep_steady | 1721 | 34.5 (36.1) | 316.1 | 9.2x (7.7x) | 461.7 | 13.4x (11.7x) | 310.2 |
+//! | lm2.7b_ctx128_forward_fp32 | 2058 | 34.7 (35.6) | 267.8 | 7.7x (7.3x) | 416.8 | 12.0x (10.7x) | 879.3 |
+//! | lm2.7b_ctx512_forward_bf16 | 2702 | 43.7 (40.6) | 287.3 | 6.6x (6.7x) | 493.9 | 11.3x (10.7x) | 863.2 |
+//! | lm2.7b_ctx128_trainstep_fp32 | 6771 | 44.1 (43.5) | 357.1 | 8.1x (8.0x) | 568.6 | 12.9x (12.0x) | 992.7 |
+//! | warm_pair_512B | 10000 | 29.2 | 234.5 | 8.0x | 285.0 | 9.8x | 124.9 |
+//! | warm_pair_1MiB | 10000 | 28.6 | 216.2 | 7.6x | 266.5 | 9.3x | 125.2 |
+//! | warm_pair_20MiB | 10000 | 25.3 | 176.5 | 7.0x | 229.2 | 9.1x | 31.0 |
 //!
-//! Met: 10x torch 2.15.0 on four traces of six, warm and cold (gpt2small, lm2.7b ctx128
-//! trainstep; lm2.7b ctx128 forward and ctx512 warm only). Missed: 10x torch 2.7.1 anywhere
-//! (5.6x to 8.1x), the warm 512 B pair at 30 ns (34.1; interleaved profile runs 33.5-33.9).
+//! Met: the warm 512 B pair at or under 30 ns (29.2; interleaved profile runs 29.0); 10x torch
+//! 2.15.0 on four traces of six, warm and cold (gpt2small, lm2.7b ctx128 forward and trainstep,
+//! ctx512). Missed: 10x torch 2.7.1 anywhere (4.9x to 9.2x), and 10x 2.15.0 on the two
+//! lm_small traces (6.4x to 8.8x). The 11:54 run at 1f52dcb: warm pair 34.1 ns (6.0x, 8.3x).
 //!
 //! Callgrind (`TENSORMEM_ALLOC_PROFILE=warm_pair_512B:warm:1`, the replays only; PyTorch about
-//! 4,100): 543 instructions per warm 512 B pair at 1f52dcb, front-warm:2 734 (1,010 on 12-02;
+//! 4,100): 468 instructions per warm 512 B pair at bbe795d, front-warm:2 684 (1,010 on 12-02;
 //! 630 at f3e0162: 597 with a freed block merging into its free upper neighbour's slot, one
 //! re-key instead of a removal and an insert; 545 with the small pool's sizes from 1 MiB up in
 //! one top class, where a segment's remainder is re-keyed in place; 543 with the stats' pool
-//! indices constant per branch). Warm traces, instructions per pair (RUNS=3 minus RUNS=1, over
-//! two replays), f3e0162 -> 1f52dcb: lm_small_forward_bf16 633 -> 621,
-//! lm2.7b_ctx128_forward_fp32 599 -> 538, lm2.7b_ctx128_trainstep_fp32 688 -> 602,
-//! lm2.7b_ctx512_forward_bf16 739 -> 590, gpt2small_trainstep_steady 535 -> 539 (the long
-//! classes of equal blocks as sorted vectors). By file at 1f52dcb (pair): free index 108,
-//! stats 73, `allocator.rs` 72, block arena 71, `cmp` 38 (the peaks' maxima), slice indexing 34,
-//! pointer map 31, Vec pointer reloads 28, `uint_macros` 17, sizes 14, the bench's loop 14;
-//! 68 stack loads and stores. At about 4.4 instructions per cycle the pair is bound by its
-//! instruction count: 30 ns needs about 470. Earlier experiments (all measured, all left out):
-//! every inline boundary moved inside the allocator (`malloc`/`free` out of line 600, a
-//! re-key's moving path out of line 564), a lowest-class hint in the bitmap (565), a pool
-//! table per pool (650 against 653), branchy peaks (548), LTO fat with one codegen unit (no
-//! change in wall time): at this size, each small change moves the register allocation of the
-//! inlined replay by +-10 to 20 instructions. On real traces the time also goes to
-//! mispredicted data-dependent branches (callgrind's branch simulation: about 4.8 per pair on
-//! lm2.7b_ctx512_forward_bf16, 83 conditional branches, none dominant).
+//! indices constant per branch; 522 with the `plain` flag, one test instead of six rare-state
+//! checks; 497 with peaks stored only when they move; 488, 476 and 468 with plain also
+//! excluding expandable segments: no expandable, mapping or event checks on the plain path).
+//! Warm traces, instructions per pair (RUNS=3 minus RUNS=1, over two replays), f3e0162 ->
+//! bbe795d: lm_small_forward_bf16 633 -> 545, lm2.7b_ctx128_forward_fp32 599 -> 477,
+//! lm2.7b_ctx128_trainstep_fp32 688 -> 533, lm2.7b_ctx512_forward_bf16 739 -> 531 (with the
+//! long classes of equal blocks as sorted vectors), gpt2small_trainstep_steady 535 -> 473.
+//! At about 4.4 instructions per cycle the pair is bound by its instruction count. Experiments
+//! measured and left out: every inline boundary moved inside the allocator (`malloc`/`free`
+//! out of line 600 against 543, a re-key's moving path out of line 564), a lowest-class hint in
+//! the bitmap (565), a pool table per pool (650 against 653), a per-pool copy of malloc's hit
+//! path (547 against 543), LTO fat with one codegen unit (no change in wall time): at this
+//! size, each small change moves the register allocation of the inlined replay by 10 to 20
+//! instructions either way. On real traces the time also goes to mispredicted data-dependent
+//! branches (callgrind's branch simulation: about 4.8 per pair on lm2.7b_ctx512_forward_bf16
+//! at 1992bf8, 83 conditional branches, none dominant).
 //!
 //! Run: `cargo xtask bench` (with the peer), or
 //! `cargo bench -p c10-cuda --bench alloc [--features bench-peer-cubecl]`; add
