@@ -1187,3 +1187,71 @@ pub(crate) fn fit_to_device<D: DeviceMemory + ?Sized>(
     warnings.extend(config.validate_warnings());
     warnings
 }
+
+#[cfg(test)]
+mod plain_tests {
+    //! The `plain` flag follows every state it summarizes (debug builds also check it on every
+    //! malloc and free).
+
+    use super::*;
+    use crate::SimDevice;
+    use crate::pool_types::{MempoolId, StreamFilter};
+
+    const S0: StreamId = StreamId::DEFAULT;
+
+    fn allocator(conf: &str) -> (SimDevice, DeviceCachingAllocator<SimDevice>) {
+        let dev = SimDevice::address_only(0, 1 << 30);
+        let config = AllocatorConfig::parse(conf).expect("valid config");
+        let alloc = DeviceCachingAllocator::new(dev.clone(), config).expect("allocator");
+        (dev, alloc)
+    }
+
+    /// Each rare state turns `plain` off while it holds, and back on when it ends.
+    #[test]
+    fn plain_follows_the_rare_states() {
+        let (dev, mut a) = allocator("");
+        assert!(a.plain, "a new allocator with the default config");
+
+        a.record_history(100, Clock::Logical);
+        assert!(!a.plain, "history recorded");
+        a.stop_history();
+        assert!(a.plain, "history stopped");
+
+        let pool = MempoolId::new(1, 0);
+        a.begin_allocate_to_pool(pool, StreamFilter::All).unwrap();
+        assert!(!a.plain, "a private pool begun");
+        a.end_allocate_to_pool(pool).unwrap();
+        assert!(a.plain, "the pool ended");
+
+        // A free with a stream use waits on an event; the next malloc processes it.
+        let x = a.malloc(4096, S0).unwrap();
+        a.record_stream(x.ptr, StreamId(7)).unwrap();
+        assert!(a.plain, "a stream use alone changes nothing yet");
+        a.free(x.ptr).unwrap();
+        assert!(!a.plain, "an event outstanding");
+        dev.complete_all();
+        let y = a.malloc(4096, S0).unwrap();
+        assert!(a.plain, "the event processed by the next malloc");
+        a.free(y.ptr).unwrap();
+
+        a.set_memory_fraction(0.5).unwrap();
+        assert!(a.plain, "a memory fraction without a GC threshold");
+        a.empty_cache().unwrap();
+        let config = AllocatorConfig::parse("garbage_collection_threshold:0.6").unwrap();
+        a.set_config(config).unwrap();
+        assert!(a.plain, "a GC threshold without a memory fraction");
+        a.set_memory_fraction(0.5).unwrap();
+        assert!(!a.plain, "GC in force");
+
+        let (_, b) = allocator("max_split_size_mb:20");
+        assert!(!b.plain, "max_split_size set");
+        let (_, mut c) = allocator("expandable_segments:True");
+        let z = c.malloc(4096, S0).unwrap();
+        assert!(
+            c.config.expandable_segments,
+            "the simulated device maps pages"
+        );
+        assert!(!c.plain, "an expandable segment made");
+        c.free(z.ptr).unwrap();
+    }
+}

@@ -19,11 +19,11 @@
 //!   then the summary word of the next words, and the top word only when that summary word is
 //!   empty (never in the small pool, whose words share summary word 0). Setting a class is
 //!   branch-free (three `|=`), or one `|=` when a key moves to a class of the word it left
-//!   (`rekey`: a split segment's remainder); clearing one is a single `&=`: the upper levels
+//!   (`rekey`: a block split or merged by a few pages); clearing one is a single `&=`: the upper levels
 //!   may keep stale bits for emptied words, which the next search that meets them clears. Indexes are masked
 //!   to the array sizes, so the bitmap has no bounds checks.
 //! - **Class heads.** A flat `Vec<u32>` of each class's first block (or [`NIL`]), presized for
-//!   the pool's usual sizes (the small pool: all 4,096 classes, 16 KiB) and grown only when a
+//!   the pool's usual sizes (the small pool: all 2,048 classes, 8 KiB) and grown only when a
 //!   free block of a larger class arrives (4 bytes per class up to the largest class used: 1 MiB
 //!   at most, for a block of 256 GiB). Every class with its bit set, and every present block's
 //!   class, is below the table's length, so those lookups skip the bounds check.
@@ -78,9 +78,10 @@ const NIL: u32 = u32::MAX;
 const TREE: u32 = u32::MAX - 2;
 
 /// A class list longer than this becomes a long class ([`LongClass`]). Walking a list of up to
-/// this many blocks is cheaper than a search: at 32 (then to a B-tree), the shared trace
+/// this many blocks is cheaper than a search: at 32, the shared trace
 /// `lm2.7b_ctx512_forward_bf16` replayed warm (classes of 64 to 128 equal blocks) was 15%
-/// slower.
+/// slower when long classes were B-trees, and with sorted vectors 624 instructions per pair
+/// against 608 at 128 (64: 624 too; callgrind, 2026-12-07).
 pub(crate) const LONG_CLASS: usize = 128;
 
 /// A long class this short returns to a list.
@@ -875,7 +876,7 @@ impl FreeIndex {
 /// Links block `k` (whose id is below the node table's length) into class `c` of `f` (whose
 /// head slot exists) at its `(size, rank, address)` position, and marks the class non-empty
 /// (its word alone when `word_set`: the bitmap's upper levels already cover `c`'s word). A
-/// list that grows past [`LONG_CLASS`] moves to a B-tree. `REKEYED`: `k`'s node already holds
+/// list that grows past [`LONG_CLASS`] becomes a long class ([`LongClass`]). `REKEYED`: `k`'s node already holds
 /// its rank and stream (a [`FreeIndex::rekey`] keeps both), so a list link writes the rest.
 #[inline(always)]
 fn link<const REKEYED: bool>(
